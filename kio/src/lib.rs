@@ -1,0 +1,185 @@
+//! kio: a thread-per-core async runtime that drives io_uring directly.
+//!
+//! # Layers
+//!
+//! - [`waiter`]: the wake mechanism everything else is built on. State owns [`WaiterList`]s; a
+//!   poll registers the task's [`Waiter`] under the same lock as its observation; a writer drains
+//!   the list under the lock and wakes after releasing it. Its invariants are specified in the
+//!   module and checked by an exhaustive model checker (`src/testing/`) and loom (`tests/loom.rs`).
+//! - [`sync`]: [`Lock`](sync::Lock), [`Producer`](sync::Producer)/[`Consumer`](sync::Consumer)
+//!   and [`Queue`](sync::Queue), `Send` primitives that cross workers.
+//! - [`exec`]: the [`Runtime`] and its workers, each with a task slab, a run queue with a
+//!   budget, a timer heap and an io_uring; [`spawn`], [`block_on`], [`yield_now`].
+//! - [`time`]: the loop's clock, [`sleep`](time::sleep) and the re-armable
+//!   [`Deadline`](time::Deadline).
+//! - `uring` (private): ring set-up, the one `io_uring_enter` per loop turn, unpark, teardown.
+//!
+//! # The calling convention
+//!
+//! Every operation that may wait exists twice: `poll_x(&self, waiter: &Waiter) -> Poll<T>`,
+//! which checks the state and registers the waiter when it is not ready, and `async fn x`,
+//! which is one line: `kio::wait(|w| self.poll_x(w)).await`.
+//!
+//! # unsafe
+//!
+//! Only in `uring/` (system calls and ring buffers), `waker` (building a `Waker` from its
+//! vtable) and `task/raw` (pinning a task's future in its cell); each block has a `// SAFETY:`
+//! comment naming the rule it relies on.
+
+#![deny(unsafe_code)]
+
+pub mod exec;
+pub mod sync;
+pub mod task;
+pub mod time;
+#[allow(unsafe_code)] // System calls and ring buffers: see the module docs.
+mod uring;
+pub mod waiter;
+#[allow(unsafe_code)] // Building a Waker from its static vtable.
+mod waker;
+
+#[cfg(test)]
+mod testing;
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+pub use exec::{Builder, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
+pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
+pub use uring::RingStats;
+pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
+
+/// Why a runtime could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+	/// The kernel lacks something kio requires; `feature` names it (`"io_uring"` itself, or one
+	/// of `IORING_SETUP_SINGLE_ISSUER`, `IORING_SETUP_COOP_TASKRUN`, `IORING_SETUP_DEFER_TASKRUN`,
+	/// `IORING_FEAT_EXT_ARG`, `IORING_FEAT_NODROP`).
+	Unsupported {
+		/// The missing feature.
+		feature: &'static str,
+		/// The kernel's answer, when it gave one.
+		source: Option<io::Error>,
+	},
+	/// More workers than kio's registry holds are running in this process.
+	TooManyWorkers,
+	/// A system call failed.
+	Io(io::Error),
+}
+
+impl fmt::Display for Error {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		match self {
+			Self::Unsupported {
+				feature,
+				source: Some(source),
+			} => {
+				write!(f, "the kernel does not support {feature}, which kio requires: {source}")
+			}
+			Self::Unsupported { feature, source: None } => {
+				write!(f, "the kernel does not support {feature}, which kio requires")
+			}
+			Self::TooManyWorkers => write!(f, "more than {} kio workers in one process", waker::MAX_WORKERS),
+			Self::Io(e) => write!(f, "{e}"),
+		}
+	}
+}
+
+impl std::error::Error for Error {
+	fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+		match self {
+			Self::Unsupported {
+				source: Some(source), ..
+			}
+			| Self::Io(source) => Some(source),
+			_ => None,
+		}
+	}
+}
+
+/// Bridges `std::task::Context` to a [`Waiter`]: inside a kio task it lends the task's own
+/// waiter; under any other executor it keeps a waiter of its own that wakes the context's waker.
+///
+/// Keep it in a field disjoint from the state being polled. A foreign waiter is reused while the
+/// waker stays the same, retired when another waker polls it (the old interest dies with it),
+/// and retired before a poll whose predecessor overflowed its records.
+#[derive(Default)]
+pub struct Park {
+	foreign: Option<Waiter>,
+}
+
+impl Park {
+	/// An empty park.
+	pub const fn new() -> Self {
+		Self { foreign: None }
+	}
+
+	/// Runs `poll` with the waiter for `cx`.
+	pub fn poll<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(&Waiter) -> Poll<T>) -> Poll<T> {
+		if let Some(waiter) = exec::task_waiter(cx.waker()) {
+			return poll(&waiter);
+		}
+		let waker = cx.waker();
+		let waiter = match &mut self.foreign {
+			Some(waiter) if waiter.will_wake(waker) => {
+				waiter.prepare();
+				waiter
+			}
+			Some(waiter) => {
+				waiter.retire();
+				waiter.set_waker(waker);
+				waiter
+			}
+			slot @ None => slot.insert(Waiter::new(waker.clone())),
+		};
+		poll(waiter)
+	}
+}
+
+impl fmt::Debug for Park {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("Park").field("foreign", &self.foreign).finish()
+	}
+}
+
+/// The future of [`wait`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Wait<F> {
+	poll: F,
+	park: Park,
+}
+
+// Never pin-projected: `poll` is called through `&mut`, so pinning `Wait` pins nothing.
+impl<F> Unpin for Wait<F> {}
+
+impl<T, F: FnMut(&Waiter) -> Poll<T>> Future for Wait<F> {
+	type Output = T;
+
+	fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+		let this = self.get_mut();
+		let poll = &mut this.poll;
+		this.park.poll(cx, |waiter| poll(waiter))
+	}
+}
+
+/// Turns a `poll_x(&Waiter)` function into a future: `kio::wait(|w| state.poll_x(w)).await`.
+pub fn wait<T, F: FnMut(&Waiter) -> Poll<T>>(poll: F) -> Wait<F> {
+	Wait {
+		poll,
+		park: Park::new(),
+	}
+}
+
+/// Runs `future` on a single-worker runtime on this thread, then drops the runtime.
+///
+/// Panics if the runtime cannot start (see [`Error`]).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+	let runtime = Builder::single()
+		.build()
+		.unwrap_or_else(|e| panic!("kio: cannot start a runtime: {e}"));
+	runtime.block_on(future)
+}

@@ -1,0 +1,1 @@
+//! Test-only tools: the exhaustive waiter model checker.

@@ -1,0 +1,60 @@
+//! Raw system calls outside the ring: the unpark eventfd and CPU affinity.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// A **blocking** eventfd: the ring's read on it must wait for a signal. A non-blocking one
+/// would complete at once and spin the loop.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+	// SAFETY: eventfd(2) takes no pointers; a non-negative result is a new fd that we own.
+	let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+	if fd < 0 {
+		return Err(io::Error::last_os_error());
+	}
+	// SAFETY: OwnedFd::from_raw_fd requires an open fd owned by nobody else: it was just created.
+	Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to the eventfd counter, which completes the worker's pending read.
+pub(crate) fn signal_eventfd(fd: i32) {
+	if fd < 0 {
+		return;
+	}
+	let one: u64 = 1;
+	// SAFETY: write(2) reads 8 bytes from a live local; the caller keeps `fd` open (it holds the
+	// inbox lock under which the worker closes it). EAGAIN (counter saturated) still leaves the
+	// eventfd readable, so the result can be ignored.
+	let _ = unsafe { libc::write(fd, (&raw const one).cast(), size_of::<u64>()) };
+}
+
+/// The CPUs this thread may run on.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
+	// SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
+	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+	// SAFETY: sched_getaffinity(2) writes at most `size_of::<cpu_set_t>()` bytes into `set`.
+	let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &raw mut set) };
+	if rc != 0 {
+		return Err(io::Error::last_os_error());
+	}
+	// SAFETY: CPU_ISSET reads a bit of an initialised set; `cpu` is below CPU_SETSIZE.
+	Ok((0..libc::CPU_SETSIZE as usize)
+		.filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+		.collect())
+}
+
+/// Pins the calling thread to `cpus`.
+pub(crate) fn set_affinity(cpus: &[usize]) -> io::Result<()> {
+	// SAFETY: as in `allowed_cpus`.
+	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+	for &cpu in cpus {
+		// SAFETY: CPU_SET writes a bit of a local set; the callers pass CPUs below CPU_SETSIZE
+		// (they come from `allowed_cpus`).
+		unsafe { libc::CPU_SET(cpu, &mut set) };
+	}
+	// SAFETY: sched_setaffinity(2) reads `size_of::<cpu_set_t>()` bytes from a live local.
+	let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &raw const set) };
+	if rc != 0 {
+		return Err(io::Error::last_os_error());
+	}
+	Ok(())
+}
