@@ -41,6 +41,12 @@ mod waker;
 #[cfg(test)]
 mod testing;
 
+/// Internals exposed for kio's own benchmarks only; not a stable API.
+#[doc(hidden)]
+pub mod bench_support {
+	pub use crate::time::Timers;
+}
+
 use std::fmt;
 use std::future::Future;
 use std::io;

@@ -86,16 +86,17 @@ struct Timer {
 	waker: Option<Waker>,
 }
 
-/// The per-worker timer heap.
+/// The per-worker timer heap (public only for kio's benchmarks).
 #[derive(Default)]
-pub(crate) struct Timers {
+pub struct Timers {
 	heap: Vec<usize>,
 	timers: Slab<Timer>,
 	seq: u64,
 }
 
 impl Timers {
-	pub(crate) fn insert(&mut self, at: Instant, waker: Waker) -> usize {
+	/// Arms a new timer; returns its id.
+	pub fn insert(&mut self, at: Instant, waker: Waker) -> usize {
 		let id = self.timers.insert(Timer {
 			at,
 			seq: 0,
@@ -107,7 +108,7 @@ impl Timers {
 	}
 
 	/// Re-arms timer `id` for `at` (or disarms it with `None`), in place.
-	pub(crate) fn reset(&mut self, id: usize, at: Option<Instant>) {
+	pub fn reset(&mut self, id: usize, at: Option<Instant>) {
 		if self.timers[id].pos != NOT_QUEUED {
 			self.unqueue(id);
 		}
@@ -116,18 +117,21 @@ impl Timers {
 		}
 	}
 
-	pub(crate) fn set_waker(&mut self, id: usize, waker: &Waker) {
+	/// Points timer `id` at `waker` (kept if it would wake the same task).
+	pub fn set_waker(&mut self, id: usize, waker: &Waker) {
 		match &mut self.timers[id].waker {
 			Some(current) if current.will_wake(waker) => {}
 			slot => *slot = Some(waker.clone()),
 		}
 	}
 
-	pub(crate) fn is_queued(&self, id: usize) -> bool {
+	/// Whether timer `id` is armed.
+	pub fn is_queued(&self, id: usize) -> bool {
 		self.timers[id].pos != NOT_QUEUED
 	}
 
-	pub(crate) fn remove(&mut self, id: usize) {
+	/// Forgets timer `id`.
+	pub fn remove(&mut self, id: usize) {
 		if self.timers.contains(id) {
 			if self.timers[id].pos != NOT_QUEUED {
 				self.unqueue(id);
@@ -136,17 +140,18 @@ impl Timers {
 		}
 	}
 
-	pub(crate) fn next_deadline(&self) -> Option<Instant> {
+	/// The earliest armed deadline.
+	pub fn next_deadline(&self) -> Option<Instant> {
 		self.heap.first().map(|&id| self.timers[id].at)
 	}
 
-	#[cfg(test)]
-	pub(crate) fn len(&self) -> usize {
+	/// The number of armed timers.
+	pub fn len(&self) -> usize {
 		self.heap.len()
 	}
 
 	/// Pops every timer due at `now`, in deadline order, and collects its waker.
-	pub(crate) fn expire(&mut self, now: Instant, fired: &mut Vec<Waker>) {
+	pub fn expire(&mut self, now: Instant, fired: &mut Vec<Waker>) {
 		while let Some(&id) = self.heap.first() {
 			if self.timers[id].at > now {
 				break;
