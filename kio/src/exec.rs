@@ -702,18 +702,36 @@ impl Runtime {
 		self.threads.len() + 1
 	}
 
+	/// A `Send` view of worker `index`'s published state, for other threads and tests.
+	pub fn monitor(&self, index: usize) -> Option<Monitor> {
+		let id = *self.runtime.workers.get()?.get(index)?;
+		Some(Monitor {
+			shared: waker::shared(id)?,
+		})
+	}
+
 	/// Worker `index`'s counters, as published at the end of its last loop turn.
 	pub fn stats(&self, index: usize) -> Stats {
-		let Some(shared) = self
-			.runtime
-			.workers
-			.get()
-			.and_then(|ids| ids.get(index))
-			.and_then(|&id| waker::shared(id))
-		else {
-			return Stats::default();
-		};
-		let s = &shared.stats;
+		self.monitor(index).map(|monitor| monitor.stats()).unwrap_or_default()
+	}
+}
+
+/// A `Send` view of one worker: whether it is parked, and its counters as published at the end
+/// of its last loop turn.
+#[derive(Clone, Copy)]
+pub struct Monitor {
+	shared: &'static WorkerShared,
+}
+
+impl Monitor {
+	/// Whether the worker is parked in `io_uring_enter` (or about to be).
+	pub fn is_parked(&self) -> bool {
+		self.shared.is_parked()
+	}
+
+	/// The worker's counters.
+	pub fn stats(&self) -> Stats {
+		let s = &self.shared.stats;
 		Stats {
 			turns: s.turns.load(Ordering::Relaxed),
 			polls: s.polls.load(Ordering::Relaxed),
@@ -725,15 +743,11 @@ impl Runtime {
 			},
 		}
 	}
+}
 
-	/// Whether worker `index` is parked in `io_uring_enter` right now.
-	pub fn is_parked(&self, index: usize) -> bool {
-		self.runtime
-			.workers
-			.get()
-			.and_then(|ids| ids.get(index))
-			.and_then(|&id| waker::shared(id))
-			.is_some_and(WorkerShared::is_parked)
+impl std::fmt::Debug for Monitor {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("Monitor").field("parked", &self.is_parked()).finish()
 	}
 }
 
@@ -815,12 +829,12 @@ where
 {
 	let output = crate::sync::Queue::bounded(1);
 	let handle = RemoteJoinHandle::new(output.clone());
+	let sender = CloseOnDrop(output);
 	let run = move || {
 		let inner = spawn(make());
 		let outer = spawn(async move {
 			let result = inner.await;
-			let _ = output.try_push(result);
-			output.close();
+			let _ = sender.0.try_push(result);
 		});
 		drop(outer);
 	};
@@ -829,6 +843,16 @@ where
 		let _ = shared.send(Msg::Run(Box::new(run)));
 	}
 	handle
+}
+
+/// Closes a remote task's output queue when the task (or its never-run spawn) is dropped, so the
+/// handle sees `Cancelled` instead of waiting forever.
+struct CloseOnDrop<T>(crate::sync::Queue<T>);
+
+impl<T> Drop for CloseOnDrop<T> {
+	fn drop(&mut self) {
+		self.0.close();
+	}
 }
 
 /// This worker's index in its runtime. Panics outside a kio worker.

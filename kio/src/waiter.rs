@@ -459,3 +459,7 @@ fn spare_vec() -> Vec<Entry> {
 
 #[cfg(loom)]
 fn recycle_vec(_entries: Vec<Entry>) {}
+
+#[cfg(test)]
+#[path = "waiter_tests.rs"]
+mod tests;

@@ -1,0 +1,21 @@
+# Recipes for the workspace. `cargo install just` if you do not have it; each recipe is one
+# plain command you can also paste.
+
+default: check test
+
+# Formatting and lints, as CI runs them.
+check:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+# The test suite, with nextest's hang timeout (.config/nextest.toml).
+test:
+	cargo nextest run --workspace
+
+# Loom models of kio's cross-thread handoffs (own target dir: loom changes every crate's cfg).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p kio --release --test loom
+
+# kio's benchmarks: instruction counts under callgrind where there is no PMU.
+bench-kio:
+	cargo bench -p kio --bench kio -- count --save

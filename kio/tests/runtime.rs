@@ -1,0 +1,424 @@
+//! The executor's contracts on a real ring: cross-thread unpark, woken-while-running, the budget
+//! against starvation, teardown, join handles, cross-worker spawns and the refusal path.
+//!
+//! Hangs fail through nextest's timeout (`.config/nextest.toml`); every wait here is on an
+//! explicit signal or the runtime's clock, never a sleep.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use kio::sync::{Producer, Queue};
+use kio::{Builder, JoinError, Runtime};
+
+fn single() -> Runtime {
+	Builder::single().build().expect("runtime starts")
+}
+
+/// Spins (yielding the CPU) until `cond` holds; a bounded wait so a broken test fails, not hangs.
+fn spin_until(what: &str, cond: impl Fn() -> bool) {
+	let deadline = Instant::now() + Duration::from_secs(20);
+	while !cond() {
+		assert!(Instant::now() < deadline, "timed out waiting for {what}");
+		std::thread::yield_now();
+	}
+}
+
+#[test]
+fn a_wake_from_another_thread_wakes_a_parked_worker() {
+	let rt = single();
+	let queue = Queue::unbounded();
+	let pusher = queue.clone();
+	let monitor = rt.monitor(0).unwrap();
+	let thread = std::thread::spawn(move || {
+		// Push only once the worker is parked in io_uring_enter, so the unpark path is the one
+		// under test.
+		spin_until("the worker to park", || monitor.is_parked());
+		pusher.try_push(42).unwrap();
+	});
+	let got = rt.block_on(queue.pop());
+	thread.join().unwrap();
+	assert_eq!(got, Some(42));
+	assert!(rt.stats(0).parks >= 1, "the worker parked: {:?}", rt.stats(0));
+}
+
+#[test]
+fn many_cross_thread_wakes_are_all_delivered() {
+	let rt = single();
+	let queue = Queue::unbounded();
+	let pusher = queue.clone();
+	let thread = std::thread::spawn(move || {
+		for i in 0..10_000u32 {
+			pusher.try_push(i).unwrap();
+			if i % 64 == 0 {
+				std::thread::yield_now();
+			}
+		}
+		pusher.close();
+	});
+	let sum = rt.block_on(async {
+		let mut sum = 0u64;
+		while let Some(i) = queue.pop().await {
+			sum += u64::from(i);
+		}
+		sum
+	});
+	thread.join().unwrap();
+	assert_eq!(sum, (0..10_000u64).sum());
+}
+
+#[test]
+fn invariant_4_woken_while_running_a_task_woken_during_its_poll_is_polled_again() {
+	let rt = single();
+	let polls = Rc::new(Cell::new(0));
+	let counted = polls.clone();
+	let done = rt.block_on(async move {
+		let task = kio::spawn(poll_fn(move |cx| {
+			counted.set(counted.get() + 1);
+			if counted.get() == 1 {
+				// The wake lands while this poll runs; the executor must poll again.
+				cx.waker().wake_by_ref();
+				return Poll::Pending;
+			}
+			Poll::Ready(counted.get())
+		}));
+		task.await.unwrap()
+	});
+	assert_eq!(done, 2);
+	assert_eq!(polls.get(), 2);
+}
+
+#[test]
+fn invariant_4_woken_while_running_a_list_drained_during_the_registering_poll_causes_another_poll() {
+	let rt = single();
+	let polls = rt.block_on(rt.spawn(async {
+		let producer = Producer::new(0u32);
+		let consumer = producer.consume();
+		let mut polls = 0;
+		kio::wait(|waiter| {
+			polls += 1;
+			match consumer.poll(waiter, |&v| if v > 0 { Poll::Ready(()) } else { Poll::Pending }) {
+				Poll::Ready(_) => Poll::Ready(polls),
+				Poll::Pending => {
+					if polls == 1 {
+						// Drains the list this poll just registered on: the task is running, so
+						// the wake must turn into another poll.
+						*producer.write().unwrap() = 1;
+					}
+					Poll::Pending
+				}
+			}
+		})
+		.await
+	}));
+	assert_eq!(polls.unwrap(), 2);
+}
+
+#[test]
+fn a_self_waking_task_does_not_starve_a_due_timer() {
+	let rt = Builder::single().paused_clock(true).build().unwrap();
+	let fired = Rc::new(Cell::new(false));
+	let spins = Rc::new(Cell::new(0u64));
+	let (flag, counter) = (fired.clone(), spins.clone());
+	let spins_at_fire = rt.block_on(async move {
+		let spinner = kio::spawn(async move {
+			// Advances the paused clock 1 ms per poll and never parks.
+			while !flag.get() {
+				counter.set(counter.get() + 1);
+				assert!(counter.get() < 100_000, "the timer never fired: starved");
+				kio::time::advance(Duration::from_millis(1));
+				kio::yield_now().await;
+			}
+		});
+		kio::time::sleep(Duration::from_millis(10)).await;
+		fired.set(true);
+		let at_fire = spins.get();
+		spinner.await.unwrap();
+		at_fire
+	});
+	// The timer is due after 10 spins; it must fire within the next loop turn, which runs at
+	// most one budget of polls.
+	assert!(spins_at_fire >= 10, "fired early: {spins_at_fire}");
+	assert!(
+		spins_at_fire <= 10 + 2 * kio::exec::DEFAULT_BUDGET as u64,
+		"fired late: {spins_at_fire}"
+	);
+}
+
+#[test]
+fn a_self_waking_task_does_not_starve_a_timer_on_the_real_clock() {
+	let rt = single();
+	let stop = Rc::new(Cell::new(false));
+	let flag = stop.clone();
+	rt.block_on(async move {
+		let spinner = kio::spawn(async move {
+			while !flag.get() {
+				kio::yield_now().await;
+			}
+		});
+		kio::time::sleep(Duration::from_millis(2)).await;
+		stop.set(true);
+		spinner.await.unwrap();
+	});
+}
+
+#[test]
+fn a_self_waking_task_does_not_starve_a_cross_thread_wake() {
+	let rt = single();
+	let queue = Queue::unbounded();
+	let pusher = queue.clone();
+	let started = Arc::new(AtomicBool::new(false));
+	let go = started.clone();
+	let thread = std::thread::spawn(move || {
+		spin_until("the spinner to start", || go.load(Ordering::SeqCst));
+		pusher.try_push(()).unwrap();
+	});
+	let stop = Rc::new(Cell::new(false));
+	let flag = stop.clone();
+	rt.block_on(async move {
+		let spinner = kio::spawn(async move {
+			started.store(true, Ordering::SeqCst);
+			while !flag.get() {
+				kio::yield_now().await;
+			}
+		});
+		queue.pop().await.unwrap();
+		stop.set(true);
+		spinner.await.unwrap();
+	});
+	thread.join().unwrap();
+}
+
+struct DropCount(Arc<AtomicUsize>);
+
+impl Drop for DropCount {
+	fn drop(&mut self) {
+		self.0.fetch_add(1, Ordering::SeqCst);
+	}
+}
+
+#[test]
+fn dropping_a_runtime_releases_pending_tasks_and_timers() {
+	let dropped = Arc::new(AtomicUsize::new(0));
+	let rt = Builder::new().workers(2).pin(false).build().unwrap();
+	let never = Queue::<()>::unbounded();
+	let handles: Vec<_> = (0..10)
+		.map(|i| {
+			let guard = DropCount(dropped.clone());
+			let never = never.clone();
+			rt.spawn(async move {
+				let _guard = guard;
+				if i % 2 == 0 {
+					kio::time::sleep(Duration::from_secs(3600)).await;
+				} else {
+					never.pop().await;
+				}
+			})
+		})
+		.collect();
+	let remote_guard = DropCount(dropped.clone());
+	let remote_started = Arc::new(AtomicBool::new(false));
+	let started = remote_started.clone();
+	let remote = rt.spawn_on(1, move || async move {
+		let _guard = remote_guard;
+		started.store(true, Ordering::SeqCst);
+		kio::time::sleep(Duration::from_secs(3600)).await;
+	});
+	// Let every local task reach its wait, and the remote one start.
+	rt.block_on(async {
+		for _ in 0..4 {
+			kio::yield_now().await;
+		}
+	});
+	spin_until("the remote task to start", || remote_started.load(Ordering::SeqCst));
+	assert_eq!(dropped.load(Ordering::SeqCst), 0);
+	drop(rt);
+	assert_eq!(
+		dropped.load(Ordering::SeqCst),
+		11,
+		"every pending task was dropped with the runtime"
+	);
+	for handle in handles {
+		assert!(handle.is_finished());
+	}
+	// The remote task's output channel closed without a value.
+	let rt = single();
+	assert!(rt.block_on(remote).unwrap_err().is_cancelled());
+}
+
+#[test]
+fn join_handles_detach_abort_and_report_panics() {
+	let rt = single();
+	rt.block_on(async {
+		// Detached: dropping the handle does not stop the task.
+		let ran = Rc::new(Cell::new(false));
+		let flag = ran.clone();
+		drop(kio::spawn(async move {
+			kio::yield_now().await;
+			flag.set(true);
+		}));
+		for _ in 0..3 {
+			kio::yield_now().await;
+		}
+		assert!(ran.get(), "a detached task keeps running");
+
+		// Abort: the future is dropped and the handle says Cancelled.
+		let dropped = Arc::new(AtomicUsize::new(0));
+		let guard = DropCount(dropped.clone());
+		let never = Queue::<()>::unbounded();
+		let waiting = never.clone();
+		let task = kio::spawn(async move {
+			let _guard = guard;
+			waiting.pop().await;
+		});
+		kio::yield_now().await;
+		task.abort();
+		assert!(task.await.unwrap_err().is_cancelled());
+		assert_eq!(dropped.load(Ordering::SeqCst), 1);
+
+		// Panic: caught and reported; the worker keeps running.
+		let task = kio::spawn(async { panic!("boom") });
+		match task.await {
+			Err(JoinError::Panicked(payload)) => assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom")),
+			other => panic!("expected a panic, got {other:?}"),
+		}
+		assert_eq!(kio::spawn(async { 5 }).await.unwrap(), 5);
+	});
+}
+
+#[test]
+fn a_consumer_on_another_worker_is_woken_by_a_producer_here() {
+	let rt = Builder::new().workers(2).pin(false).build().unwrap();
+	let producer = Producer::new(0u64);
+	let consumer = producer.consume();
+	let remote = rt.spawn_on(1, move || async move {
+		assert_eq!(kio::worker_index(), 1);
+		let mut last = 0;
+		while let Ok(value) = consumer
+			.wait(|&v| if v > last { Poll::Ready(v) } else { Poll::Pending })
+			.await
+		{
+			last = value;
+			if value == 1000 {
+				break;
+			}
+		}
+		last
+	});
+	let got = rt.block_on(async move {
+		for i in 1..=1000 {
+			*producer.write().unwrap() = i;
+			if i % 100 == 0 {
+				kio::yield_now().await;
+			}
+		}
+		remote.await.unwrap()
+	});
+	assert_eq!(got, 1000);
+}
+
+#[test]
+fn spawn_on_runs_on_every_worker() {
+	let rt = Builder::new().workers(3).pin(true).build().unwrap();
+	assert_eq!(rt.workers(), 3);
+	let handles: Vec<_> = (0..3)
+		.map(|i| rt.spawn_on(i, move || async move { (kio::worker_index(), i) }))
+		.collect();
+	let got = rt.block_on(async move {
+		let mut got = Vec::new();
+		for handle in handles {
+			got.push(handle.await.unwrap());
+		}
+		got
+	});
+	assert_eq!(got, vec![(0, 0), (1, 1), (2, 2)]);
+}
+
+#[test]
+fn the_paused_clock_jumps_to_the_next_timer_in_order() {
+	let rt = Builder::single().paused_clock(true).build().unwrap();
+	let order = rt.block_on(async {
+		let start = kio::time::now();
+		let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+		let tasks: Vec<_> = [30u64, 10, 20, 10]
+			.into_iter()
+			.enumerate()
+			.map(|(i, ms)| {
+				let log = log.clone();
+				kio::spawn(async move {
+					kio::time::sleep(Duration::from_millis(ms)).await;
+					log.borrow_mut()
+						.push((i, kio::time::now().duration_since(start).as_millis()));
+				})
+			})
+			.collect();
+		for task in tasks {
+			task.await.unwrap();
+		}
+		log.take()
+	});
+	assert_eq!(order, vec![(1, 10), (3, 10), (2, 20), (0, 30)]);
+}
+
+#[test]
+fn a_deadline_re_arms_in_place() {
+	let rt = Builder::single().paused_clock(true).build().unwrap();
+	rt.block_on(async {
+		let start = kio::time::now();
+		let mut deadline = kio::time::Deadline::new(Some(start + Duration::from_millis(50)));
+		deadline.set(Some(start + Duration::from_millis(5)));
+		deadline.elapsed().await;
+		assert_eq!(kio::time::now() - start, Duration::from_millis(5));
+		deadline.set(Some(start + Duration::from_millis(20)));
+		deadline.elapsed().await;
+		assert_eq!(kio::time::now() - start, Duration::from_millis(20));
+		// Elapsed stays elapsed until re-armed.
+		deadline.elapsed().await;
+		assert_eq!(kio::time::now() - start, Duration::from_millis(20));
+	});
+}
+
+#[test]
+fn a_zero_sleep_completes_without_parking() {
+	let rt = single();
+	rt.block_on(async {
+		let parks = kio::stats().parks;
+		for _ in 0..100 {
+			kio::time::sleep(Duration::ZERO).await;
+		}
+		assert_eq!(kio::stats().parks, parks);
+	});
+}
+
+#[test]
+fn a_missing_ring_feature_is_refused_by_name() {
+	for feature in [
+		"IORING_SETUP_SINGLE_ISSUER",
+		"IORING_SETUP_COOP_TASKRUN",
+		"IORING_SETUP_DEFER_TASKRUN",
+	] {
+		let err = Builder::single().deny_feature(feature).build().err().expect("refused");
+		match &err {
+			kio::Error::Unsupported { feature: missing, .. } => assert_eq!(*missing, feature),
+			other => panic!("expected Unsupported, got {other:?}"),
+		}
+		assert!(err.to_string().contains(feature), "{err}");
+	}
+	// And the refusal left nothing behind: a runtime still starts.
+	assert_eq!(single().block_on(async { 1 }), 1);
+}
+
+#[test]
+fn block_on_may_borrow_from_the_caller() {
+	let rt = single();
+	let mut local = vec![1, 2, 3];
+	rt.block_on(async {
+		kio::yield_now().await;
+		local.push(4);
+	});
+	assert_eq!(local, [1, 2, 3, 4]);
+}
