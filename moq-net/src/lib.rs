@@ -1,0 +1,16 @@
+//! moq-net: the Media-over-QUIC model, on kio.
+//!
+//! [`model`] is the pub/sub model a relay caches and fans out with: an [`Origin`] maps paths to
+//! [`Broadcast`](model::BroadcastProducer)s, a broadcast holds named tracks, a track caches
+//! groups, a group is an ordered list of frames. Every level is a producer/consumer pair over kio
+//! state with the `poll_x(&Waiter)` + `async fn x` convention, so consumers can live on any kio
+//! worker. The model knows no wire format.
+
+#![forbid(unsafe_code)]
+
+pub mod model;
+
+pub use model::{
+	BroadcastConsumer, BroadcastProducer, Error, Frame, GroupConsumer, GroupProducer, Origin, OriginConsumer,
+	OriginProducer, Path, Pool, Route, Subscription, Timestamp, TrackConsumer, TrackInfo, TrackProducer,
+};

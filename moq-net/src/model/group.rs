@@ -1,0 +1,325 @@
+//! Groups: append-only lists of frames, read while they are written.
+//!
+//! A group keeps its frames until its byte cap is exceeded; then it drops the oldest frames
+//! (never the newest), and a reader that had not read them yet gets [`Error::Lagged`] once and
+//! continues from the oldest frame still kept. One waiter list (`on_frame`) is drained by every
+//! write, by finish and by abort.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::task::Poll;
+
+use kio::sync::Lock;
+use kio::{Waiter, WaiterList, Wakes};
+
+use super::pool::ENTRY_OVERHEAD;
+use super::{Error, Frame, Pool};
+
+/// The default byte cap of one group, which is also the largest frame a group takes.
+pub const MAX_GROUP_BYTES: usize = 32 << 20;
+
+pub(crate) struct GroupState {
+	frames: VecDeque<Frame>,
+	/// Frames dropped from the front by the byte cap: the index of `frames[0]`.
+	dropped: u64,
+	bytes: usize,
+	cap: usize,
+	end: Option<Result<(), Error>>,
+	on_frame: WaiterList,
+	pool: Option<Pool>,
+	charged: u64,
+}
+
+impl GroupState {
+	fn ended(&mut self, end: Result<(), Error>) -> Wakes {
+		if self.end.is_none() {
+			self.end = Some(end);
+		}
+		self.on_frame.take()
+	}
+
+	/// Gives this group's bytes back to the pool and stops charging it.
+	pub(crate) fn release_pool(&mut self) {
+		if let Some(pool) = self.pool.take() {
+			pool.release(self.charged);
+			self.charged = 0;
+		}
+	}
+}
+
+impl Drop for GroupState {
+	fn drop(&mut self) {
+		self.release_pool();
+	}
+}
+
+/// A shared handle to a group's state, as the track cache holds it.
+pub(crate) type GroupRef = Lock<GroupState>;
+
+/// Writes a group. Dropping it without [`finish`](Self::finish) aborts the group with
+/// [`Error::Dropped`].
+pub struct GroupProducer {
+	sequence: u64,
+	state: GroupRef,
+	done: bool,
+}
+
+impl GroupProducer {
+	/// A group with sequence `sequence`, outside any track (tracks create theirs with
+	/// [`TrackProducer::create_group`](super::TrackProducer::create_group)).
+	pub fn new(sequence: u64) -> Self {
+		Self::with(sequence, MAX_GROUP_BYTES, None)
+	}
+
+	pub(crate) fn with(sequence: u64, cap: usize, pool: Option<Pool>) -> Self {
+		let state = Lock::new(GroupState {
+			frames: VecDeque::new(),
+			dropped: 0,
+			bytes: 0,
+			cap,
+			end: None,
+			on_frame: WaiterList::new(),
+			pool,
+			charged: 0,
+		});
+		Self {
+			sequence,
+			state,
+			done: false,
+		}
+	}
+
+	pub(crate) fn state(&self) -> &GroupRef {
+		&self.state
+	}
+
+	/// The group's sequence number.
+	pub fn sequence(&self) -> u64 {
+		self.sequence
+	}
+
+	/// Appends a frame. Frames over the byte cap are refused with [`Error::TooLarge`]; frames
+	/// that push the group over its cap drop the oldest frames.
+	pub fn write_frame(&mut self, frame: Frame) -> Result<(), Error> {
+		let wakes = {
+			let mut state = self.state.lock();
+			if let Some(end) = &state.end {
+				return Err(end.clone().err().unwrap_or(Error::Finished));
+			}
+			let len = frame.payload.len();
+			if len > state.cap {
+				return Err(Error::TooLarge);
+			}
+			state.bytes += len;
+			state.frames.push_back(frame);
+			while state.bytes > state.cap && state.frames.len() > 1 {
+				let oldest = state.frames.pop_front().expect("more than one frame");
+				state.bytes -= oldest.payload.len();
+				state.dropped += 1;
+			}
+			let charge = len as u64 + ENTRY_OVERHEAD;
+			if let Some(pool) = &state.pool {
+				pool.charge(charge);
+				state.charged += charge;
+			}
+			state.on_frame.take()
+		};
+		drop(wakes);
+		Ok(())
+	}
+
+	/// Ends the group cleanly: readers see the end after the last frame.
+	pub fn finish(&mut self) -> Result<(), Error> {
+		self.end(Ok(()))
+	}
+
+	/// Ends the group with an error.
+	pub fn abort(&mut self, error: Error) {
+		let _ = self.end(Err(error));
+	}
+
+	fn end(&mut self, end: Result<(), Error>) -> Result<(), Error> {
+		self.done = true;
+		let wakes = {
+			let mut state = self.state.lock();
+			if state.end.is_some() {
+				return Err(Error::Finished);
+			}
+			state.ended(end)
+		};
+		drop(wakes);
+		Ok(())
+	}
+
+	/// A reader from the group's first frame.
+	pub fn consume(&self) -> GroupConsumer {
+		GroupConsumer::new(self.sequence, self.state.clone())
+	}
+}
+
+impl Drop for GroupProducer {
+	fn drop(&mut self) {
+		if !self.done {
+			self.abort(Error::Dropped);
+		}
+	}
+}
+
+impl fmt::Debug for GroupProducer {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("GroupProducer")
+			.field("sequence", &self.sequence)
+			.finish()
+	}
+}
+
+/// Aborts a group from the track's side (eviction), whoever holds its producer.
+pub(crate) fn abort_ref(state: &GroupRef, error: Error) {
+	let wakes = {
+		let mut state = state.lock();
+		state.release_pool();
+		if state.end.is_some() {
+			return;
+		}
+		state.ended(Err(error))
+	};
+	drop(wakes);
+}
+
+/// Reads a group's frames in order, from the first (or wherever it was cloned).
+#[derive(Clone)]
+pub struct GroupConsumer {
+	sequence: u64,
+	state: GroupRef,
+	/// The index of the next frame to read.
+	next: u64,
+}
+
+impl GroupConsumer {
+	pub(crate) fn new(sequence: u64, state: GroupRef) -> Self {
+		Self {
+			sequence,
+			state,
+			next: 0,
+		}
+	}
+
+	/// The group's sequence number.
+	pub fn sequence(&self) -> u64 {
+		self.sequence
+	}
+
+	/// The next frame; `Ok(None)` at a clean end; registers for the next write otherwise.
+	pub fn poll_read_frame(&mut self, waiter: &Waiter) -> Poll<Result<Option<Frame>, Error>> {
+		let mut state = self.state.lock();
+		if self.next < state.dropped {
+			self.next = state.dropped;
+			return Poll::Ready(Err(Error::Lagged));
+		}
+		if let Some(frame) = state.frames.get((self.next - state.dropped) as usize) {
+			self.next += 1;
+			return Poll::Ready(Ok(Some(frame.clone())));
+		}
+		match &state.end {
+			Some(Ok(())) => Poll::Ready(Ok(None)),
+			Some(Err(error)) => Poll::Ready(Err(error.clone())),
+			None => {
+				state.on_frame.register(waiter);
+				Poll::Pending
+			}
+		}
+	}
+
+	/// The next frame; `Ok(None)` at a clean end.
+	pub async fn read_frame(&mut self) -> Result<Option<Frame>, Error> {
+		kio::wait(|waiter| self.poll_read_frame(waiter)).await
+	}
+
+	/// Ready when the group has ended.
+	pub fn poll_finished(&self, waiter: &Waiter) -> Poll<Result<(), Error>> {
+		let mut state = self.state.lock();
+		match &state.end {
+			Some(end) => Poll::Ready(end.clone()),
+			None => {
+				state.on_frame.register(waiter);
+				Poll::Pending
+			}
+		}
+	}
+
+	/// Waits until the group has ended.
+	pub async fn finished(&self) -> Result<(), Error> {
+		kio::wait(|waiter| self.poll_finished(waiter)).await
+	}
+}
+
+impl fmt::Debug for GroupConsumer {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("GroupConsumer")
+			.field("sequence", &self.sequence)
+			.field("next", &self.next)
+			.finish()
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+	use crate::model::Timestamp;
+
+	fn frame(byte: u8, len: usize) -> Frame {
+		Frame::new(Timestamp::new(u64::from(byte), 1000), vec![byte; len])
+	}
+
+	#[test]
+	fn frames_stream_in_order_then_end() {
+		kio::block_on(async {
+			let mut group = GroupProducer::new(7);
+			let mut reader = group.consume();
+			let task = kio::spawn(async move {
+				let mut got = Vec::new();
+				while let Some(frame) = reader.read_frame().await.unwrap() {
+					got.push(frame.payload[0]);
+				}
+				got
+			});
+			for byte in 0..5 {
+				group.write_frame(frame(byte, 10)).unwrap();
+				kio::yield_now().await;
+			}
+			group.finish().unwrap();
+			assert_eq!(task.await.unwrap(), vec![0, 1, 2, 3, 4]);
+		});
+	}
+
+	#[test]
+	fn a_byte_cap_drops_the_oldest_frames_and_a_reader_that_wanted_them_lags() {
+		kio::block_on(async {
+			let mut group = GroupProducer::with(0, 100, None);
+			let mut slow = group.consume();
+			let mut fast = group.consume();
+			group.write_frame(frame(1, 40)).unwrap();
+			assert_eq!(fast.read_frame().await.unwrap().unwrap().payload[0], 1);
+			group.write_frame(frame(2, 40)).unwrap();
+			group.write_frame(frame(3, 40)).unwrap(); // 120 > 100: frame 1 is dropped
+			assert_eq!(
+				fast.read_frame().await.unwrap().unwrap().payload[0],
+				2,
+				"fast had read frame 1"
+			);
+			assert_eq!(slow.read_frame().await, Err(Error::Lagged));
+			assert_eq!(slow.read_frame().await.unwrap().unwrap().payload[0], 2);
+			assert_eq!(group.write_frame(frame(4, 101)), Err(Error::TooLarge));
+		});
+	}
+
+	#[test]
+	fn dropping_the_producer_aborts_the_group() {
+		kio::block_on(async {
+			let group = GroupProducer::new(0);
+			let mut reader = group.consume();
+			drop(group);
+			assert_eq!(reader.read_frame().await, Err(Error::Dropped));
+		});
+	}
+}

@@ -1,0 +1,730 @@
+//! Tracks: a cache of groups, and cursors that read it.
+//!
+//! # Cache
+//!
+//! Groups are kept in **arrival order** (`arrival`, a deque indexed by a monotonically rising
+//! arrival index; an evicted group leaves a hole) and indexed **by sequence** (`by_sequence`).
+//! The **latest** group (the highest sequence) is never evicted. Non-latest groups expire once
+//! their last access is older than the track's `latency_max`, and while the shared [`Pool`] is
+//! over budget, a track that creates a group first evicts its own stalest non-latest groups.
+//! Both checks run when the track writes, scan at most [`EVICT_SCAN`] entries, and run before
+//! the new group is inserted, so a new group is never its own victim.
+//!
+//! # Cursors
+//!
+//! A [`TrackConsumer`] is a cursor with its own position:
+//! - [`recv_group`](TrackConsumer::recv_group) yields every group once, in arrival order, from
+//!   a start floor, up to an end cap; groups above the cap are held and re-offered (lowest
+//!   first) when the cap rises;
+//! - [`next_group`](TrackConsumer::next_group) yields a rising sequence and skips late groups;
+//! - [`latest`](TrackConsumer::latest) and [`finished`](TrackConsumer::finished).
+//!
+//! A live reader that takes each group as it arrives pays O(1) per group: one lock of the track,
+//! an index into the arrival deque, one reference-count increment for the group, and (when it
+//! parks again) a registration that the waiter's records usually make free. It walks no
+//! history and clones no shared list. The missed-group check is one comparison of its arrival
+//! index with the deque's base, which moves only when something was evicted.
+//!
+//! # Demand
+//!
+//! A consumer made with [`TrackProducer::subscribe`] (or that calls
+//! [`TrackConsumer::subscribe`]) carries a [`Subscription`]. The track aggregates them (max
+//! priority, all-ordered, max latency, min start, max end) and the producer watches the
+//! aggregate with [`TrackProducer::subscription_changed`], and whether there is any demand with
+//! [`used`](TrackProducer::used) / [`unused`](TrackProducer::unused): a relay forwards one
+//! upstream subscription and cancels it when demand ends.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use kio::sync::Lock;
+use kio::{Waiter, WaiterList, Wakes};
+use slab::Slab;
+
+use super::group::{self, GroupRef, MAX_GROUP_BYTES};
+use super::{Error, Frame, GroupConsumer, GroupProducer, Pool};
+
+/// Cached entries examined per eviction pass: bounded work per written group.
+pub const EVICT_SCAN: usize = 4;
+
+/// The publisher's properties of a track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrackInfo {
+	/// Timestamp ticks per second.
+	pub timescale: u64,
+	/// How long a non-latest group stays cached after its last access.
+	pub latency_max: Duration,
+	/// The publisher's priority (a tie-break between subscribers' priorities).
+	pub priority: u8,
+	/// Whether the publisher prefers groups delivered in order.
+	pub ordered: bool,
+}
+
+impl Default for TrackInfo {
+	fn default() -> Self {
+		Self {
+			timescale: 1000,
+			latency_max: Duration::from_secs(5),
+			priority: 0,
+			ordered: false,
+		}
+	}
+}
+
+/// One subscriber's demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Subscription {
+	/// Higher is more important.
+	pub priority: u8,
+	/// Whether the subscriber wants groups in order.
+	pub ordered: bool,
+	/// How old a group may be and still be worth delivering.
+	pub latency_max: Duration,
+	/// The first group wanted; `None` means "from the latest".
+	pub start: Option<u64>,
+	/// The last group wanted (inclusive); `None` means "no end".
+	pub end: Option<u64>,
+}
+
+impl Subscription {
+	/// The aggregate of many: max priority, all ordered, max latency, min start, max end (an
+	/// open end wins).
+	pub fn aggregate<'a>(subscriptions: impl IntoIterator<Item = &'a Self>) -> Option<Self> {
+		let mut iter = subscriptions.into_iter();
+		let mut total = *iter.next()?;
+		for sub in iter {
+			total.priority = total.priority.max(sub.priority);
+			total.ordered &= sub.ordered;
+			total.latency_max = total.latency_max.max(sub.latency_max);
+			total.start = match (total.start, sub.start) {
+				(Some(a), Some(b)) => Some(a.min(b)),
+				(a, b) => a.or(b),
+			};
+			total.end = match (total.end, sub.end) {
+				(Some(a), Some(b)) => Some(a.max(b)),
+				_ => None,
+			};
+		}
+		Some(total)
+	}
+}
+
+struct Cached {
+	sequence: u64,
+	group: GroupRef,
+	accessed: Instant,
+}
+
+pub(crate) struct TrackState {
+	name: String,
+	info: TrackInfo,
+	arrival: VecDeque<Option<Cached>>,
+	/// The arrival index of `arrival[0]`.
+	base: u64,
+	/// Sequence to arrival index, for every cached group.
+	by_sequence: BTreeMap<u64, u64>,
+	/// The arrival index of the latest group (the highest sequence), which is never evicted.
+	latest: Option<u64>,
+	max_sequence: Option<u64>,
+	final_sequence: Option<u64>,
+	error: Option<Error>,
+	/// Drained by every new group, finish and abort.
+	on_group: WaiterList,
+	subscriptions: Slab<Subscription>,
+	demand: Option<Subscription>,
+	demand_version: u64,
+	/// Drained when the aggregate demand changes.
+	on_demand: WaiterList,
+	producers: usize,
+	pool: Option<Pool>,
+	group_cap: usize,
+}
+
+impl TrackState {
+	fn cached(&self, arrival: u64) -> Option<&Cached> {
+		self.arrival.get(arrival.checked_sub(self.base)? as usize)?.as_ref()
+	}
+
+	/// Not aborted: its cache can still be read.
+	pub(crate) fn is_live(&self) -> bool {
+		self.error.is_none()
+	}
+
+	fn is_complete(&self) -> bool {
+		self.final_sequence
+			.is_some_and(|end| self.max_sequence.map_or(0, |max| max + 1) >= end)
+	}
+
+	fn evict(&mut self, arrival: u64, evicted: &mut Vec<(GroupRef, Error)>, error: Error) {
+		let index = (arrival - self.base) as usize;
+		if let Some(cached) = self.arrival[index].take() {
+			self.by_sequence.remove(&cached.sequence);
+			evicted.push((cached.group, error));
+		}
+		while matches!(self.arrival.front(), Some(None)) {
+			self.arrival.pop_front();
+			self.base += 1;
+		}
+	}
+
+	/// Age expiry: non-latest groups whose last access is older than `latency_max`.
+	fn expire(&mut self, now: Instant, evicted: &mut Vec<(GroupRef, Error)>) {
+		let Some(oldest) = now.checked_sub(self.info.latency_max) else {
+			return;
+		};
+		let candidates: Vec<u64> = (self.base..self.base + self.arrival.len() as u64)
+			.filter(|&arrival| Some(arrival) != self.latest && self.cached(arrival).is_some())
+			.take(EVICT_SCAN)
+			.filter(|&arrival| self.cached(arrival).is_some_and(|cached| cached.accessed <= oldest))
+			.collect();
+		for arrival in candidates {
+			self.evict(arrival, evicted, Error::Old);
+		}
+	}
+
+	/// Pool pressure: while the pool is over budget, evict this track's stalest non-latest group
+	/// among the oldest few.
+	fn relieve(&mut self, evicted: &mut Vec<(GroupRef, Error)>) {
+		let Some(pool) = self.pool.clone() else {
+			return;
+		};
+		while pool.is_over() {
+			let stalest = (self.base..self.base + self.arrival.len() as u64)
+				.filter(|&arrival| Some(arrival) != self.latest)
+				.filter_map(|arrival| Some((self.cached(arrival)?.accessed, arrival)))
+				.take(EVICT_SCAN)
+				.min();
+			let Some((_, arrival)) = stalest else {
+				break;
+			};
+			// The pool is released under the group's lock at once, so `is_over` sees it.
+			let index = (arrival - self.base) as usize;
+			if let Some(cached) = &self.arrival[index] {
+				cached.group.lock().release_pool();
+			}
+			self.evict(arrival, evicted, Error::Evicted);
+		}
+	}
+
+	fn set_demand(&mut self) -> Wakes {
+		let demand = Subscription::aggregate(self.subscriptions.iter().map(|(_, sub)| sub));
+		if demand == self.demand {
+			return Wakes::none();
+		}
+		self.demand = demand;
+		self.demand_version += 1;
+		self.on_demand.take()
+	}
+
+	fn end(&mut self, error: Option<Error>, evicted: &mut Vec<(GroupRef, Error)>) -> Wakes {
+		if let Some(error) = error {
+			self.base += self.arrival.len() as u64;
+			for cached in self.arrival.drain(..).flatten() {
+				evicted.push((cached.group, error.clone()));
+			}
+			self.by_sequence.clear();
+			self.latest = None;
+			self.error = Some(error);
+		}
+		let mut wakes = self.on_group.take();
+		wakes.append(self.on_demand.take());
+		wakes
+	}
+}
+
+/// Aborts evicted groups after the track's lock is released, so their readers' wakes run
+/// outside every lock.
+fn abort_all(evicted: Vec<(GroupRef, Error)>) {
+	for (group, error) in evicted {
+		group::abort_ref(&group, error);
+	}
+}
+
+/// Writes a track: creates its groups, ends it, watches its demand.
+///
+/// Cloneable; when the last clone drops without [`finish`](Self::finish), the track aborts
+/// with [`Error::Dropped`].
+pub struct TrackProducer {
+	state: Lock<TrackState>,
+}
+
+impl TrackProducer {
+	/// A new track named `name`, caching without a pool.
+	pub fn new(name: &str, info: TrackInfo) -> Self {
+		Self::build(name, info, None)
+	}
+
+	/// A new track whose groups charge `pool`.
+	pub fn with_pool(name: &str, info: TrackInfo, pool: Pool) -> Self {
+		Self::build(name, info, Some(pool))
+	}
+
+	fn build(name: &str, info: TrackInfo, pool: Option<Pool>) -> Self {
+		Self {
+			state: Lock::new(TrackState {
+				name: name.to_owned(),
+				info,
+				arrival: VecDeque::new(),
+				base: 0,
+				by_sequence: BTreeMap::new(),
+				latest: None,
+				max_sequence: None,
+				final_sequence: None,
+				error: None,
+				on_group: WaiterList::new(),
+				subscriptions: Slab::new(),
+				demand: None,
+				demand_version: 0,
+				on_demand: WaiterList::new(),
+				producers: 1,
+				pool,
+				group_cap: MAX_GROUP_BYTES,
+			}),
+		}
+	}
+
+	pub(crate) fn state(&self) -> &Lock<TrackState> {
+		&self.state
+	}
+
+	/// The track's name.
+	pub fn name(&self) -> String {
+		self.state.lock().name.clone()
+	}
+
+	/// The publisher's properties.
+	pub fn info(&self) -> TrackInfo {
+		self.state.lock().info
+	}
+
+	/// Replaces the publisher's properties (for a track created before its info was known).
+	pub fn set_info(&self, info: TrackInfo) {
+		self.state.lock().info = info;
+	}
+
+	/// Sets the byte cap of groups created from now on.
+	pub fn set_group_cap(&self, cap: usize) {
+		self.state.lock().group_cap = cap;
+	}
+
+	/// Creates group `sequence` and offers it to every cursor at once (frames stream as they are
+	/// written). Runs the bounded expiry and pool-eviction passes first.
+	pub fn create_group(&self, sequence: u64) -> Result<GroupProducer, Error> {
+		let now = kio::time::now();
+		let mut evicted = Vec::new();
+		let (producer, wakes) = {
+			let mut state = self.state.lock();
+			if let Some(error) = &state.error {
+				return Err(error.clone());
+			}
+			if state.final_sequence.is_some_and(|end| sequence >= end) {
+				return Err(Error::Finished);
+			}
+			if state.by_sequence.contains_key(&sequence) {
+				return Err(Error::Duplicate);
+			}
+			state.relieve(&mut evicted);
+			state.expire(now, &mut evicted);
+			let producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
+			let arrival = state.base + state.arrival.len() as u64;
+			state.arrival.push_back(Some(Cached {
+				sequence,
+				group: producer.state().clone(),
+				accessed: now,
+			}));
+			state.by_sequence.insert(sequence, arrival);
+			if state.max_sequence.is_none_or(|max| sequence > max) {
+				state.max_sequence = Some(sequence);
+				state.latest = Some(arrival);
+			}
+			(producer, state.on_group.take())
+		};
+		abort_all(evicted);
+		drop(wakes);
+		Ok(producer)
+	}
+
+	/// Creates the group after the highest sequence so far.
+	pub fn append_group(&self) -> Result<GroupProducer, Error> {
+		let next = self.state.lock().max_sequence.map_or(0, |max| max + 1);
+		self.create_group(next)
+	}
+
+	/// Publishes `frame` as a one-frame group after the highest sequence so far.
+	pub fn write_frame(&self, frame: Frame) -> Result<u64, Error> {
+		let mut group = self.append_group()?;
+		group.write_frame(frame)?;
+		group.finish()?;
+		Ok(group.sequence())
+	}
+
+	/// Ends the track after the highest sequence so far.
+	pub fn finish(&self) -> Result<(), Error> {
+		let end = self.state.lock().max_sequence.map_or(0, |max| max + 1);
+		self.finish_at(end)
+	}
+
+	/// Ends the track at `end` (exclusive): groups below it may still arrive; none at or above.
+	pub fn finish_at(&self, end: u64) -> Result<(), Error> {
+		let mut evicted = Vec::new();
+		let wakes = {
+			let mut state = self.state.lock();
+			if let Some(error) = &state.error {
+				return Err(error.clone());
+			}
+			if state.final_sequence.is_some() || state.max_sequence.is_some_and(|max| end <= max) {
+				return Err(Error::Finished);
+			}
+			state.final_sequence = Some(end);
+			state.end(None, &mut evicted)
+		};
+		drop(wakes);
+		Ok(())
+	}
+
+	/// Ends the track with an error and clears its cache; every cursor sees the error.
+	pub fn abort(&self, error: Error) {
+		let mut evicted = Vec::new();
+		let wakes = {
+			let mut state = self.state.lock();
+			if state.error.is_some() {
+				return;
+			}
+			state.end(Some(error), &mut evicted)
+		};
+		abort_all(evicted);
+		drop(wakes);
+	}
+
+	/// The aggregate demand, `None` when nobody subscribes.
+	pub fn subscription(&self) -> Option<Subscription> {
+		self.state.lock().demand
+	}
+
+	/// Ready with the aggregate demand once it differs from the version in `seen` (start at 0),
+	/// which it updates.
+	pub fn poll_subscription_changed(&self, waiter: &Waiter, seen: &mut u64) -> Poll<Option<Subscription>> {
+		let mut state = self.state.lock();
+		if state.demand_version != *seen {
+			*seen = state.demand_version;
+			return Poll::Ready(state.demand);
+		}
+		state.on_demand.register(waiter);
+		Poll::Pending
+	}
+
+	/// Waits for the aggregate demand to change from version `seen`.
+	pub async fn subscription_changed(&self, seen: &mut u64) -> Option<Subscription> {
+		kio::wait(|waiter| self.poll_subscription_changed(waiter, seen)).await
+	}
+
+	/// Ready once someone subscribes (or the track ended).
+	pub fn poll_used(&self, waiter: &Waiter) -> Poll<()> {
+		self.poll_demand(waiter, true)
+	}
+
+	/// Waits until someone subscribes (or the track ended).
+	pub async fn used(&self) {
+		kio::wait(|waiter| self.poll_used(waiter)).await;
+	}
+
+	/// Ready once nobody subscribes (or the track ended).
+	pub fn poll_unused(&self, waiter: &Waiter) -> Poll<()> {
+		self.poll_demand(waiter, false)
+	}
+
+	/// Waits until nobody subscribes (or the track ended).
+	pub async fn unused(&self) {
+		kio::wait(|waiter| self.poll_unused(waiter)).await;
+	}
+
+	fn poll_demand(&self, waiter: &Waiter, used: bool) -> Poll<()> {
+		let mut state = self.state.lock();
+		if state.demand.is_some() == used || state.error.is_some() || state.final_sequence.is_some() {
+			return Poll::Ready(());
+		}
+		state.on_demand.register(waiter);
+		Poll::Pending
+	}
+
+	/// A cursor from the latest group, without demand.
+	pub fn consume(&self) -> TrackConsumer {
+		TrackConsumer::new(self.state.clone())
+	}
+
+	/// A cursor that carries `subscription` as demand; starts at `subscription.start`, or at the
+	/// latest group.
+	pub fn subscribe(&self, subscription: Subscription) -> TrackConsumer {
+		TrackConsumer::subscribed(self.state.clone(), subscription)
+	}
+}
+
+impl Clone for TrackProducer {
+	fn clone(&self) -> Self {
+		self.state.lock().producers += 1;
+		Self {
+			state: self.state.clone(),
+		}
+	}
+}
+
+impl Drop for TrackProducer {
+	fn drop(&mut self) {
+		let ended = {
+			let mut state = self.state.lock();
+			state.producers -= 1;
+			state.producers == 0 && state.error.is_none() && state.final_sequence.is_none()
+		};
+		if ended {
+			self.abort(Error::Dropped);
+		}
+	}
+}
+
+impl fmt::Debug for TrackProducer {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("TrackProducer")
+			.field("name", &self.state.lock().name)
+			.finish()
+	}
+}
+
+/// A cursor over a track's groups. See the [module docs](self).
+pub struct TrackConsumer {
+	state: Lock<TrackState>,
+	/// The arrival index `recv_group` reads next.
+	next_arrival: u64,
+	/// The lowest sequence `next_group` may yield next.
+	next_sequence: u64,
+	start: Option<u64>,
+	end: Option<u64>,
+	/// Groups above the end cap, re-offered when it rises.
+	held: BTreeMap<u64, GroupConsumer>,
+	subscription: Option<usize>,
+}
+
+impl TrackConsumer {
+	pub(crate) fn new(state: Lock<TrackState>) -> Self {
+		let (next_arrival, next_sequence) = {
+			let track = state.lock();
+			let end = track.base + track.arrival.len() as u64;
+			(track.latest.unwrap_or(end), track.max_sequence.unwrap_or(0))
+		};
+		Self {
+			state,
+			next_arrival,
+			next_sequence,
+			start: None,
+			end: None,
+			held: BTreeMap::new(),
+			subscription: None,
+		}
+	}
+
+	pub(crate) fn subscribed(state: Lock<TrackState>, subscription: Subscription) -> Self {
+		let mut consumer = Self::new(state);
+		if let Some(start) = subscription.start {
+			consumer.start_at(start);
+		}
+		consumer.end_at(subscription.end);
+		consumer.subscribe(subscription);
+		consumer
+	}
+
+	/// The track's name.
+	pub fn name(&self) -> String {
+		self.state.lock().name.clone()
+	}
+
+	/// The publisher's properties.
+	pub fn info(&self) -> TrackInfo {
+		self.state.lock().info
+	}
+
+	/// Sets a floor: only groups with a sequence at or above `start` are yielded, and the cursor
+	/// rewinds to the oldest cached group to find them.
+	pub fn start_at(&mut self, start: u64) {
+		self.start = Some(start);
+		self.next_arrival = self.state.lock().base;
+		self.next_sequence = start;
+	}
+
+	/// Sets (or clears) an inclusive cap; groups above it are held until it rises.
+	pub fn end_at(&mut self, end: Option<u64>) {
+		self.end = end;
+	}
+
+	/// Registers (or updates) this cursor's demand.
+	pub fn subscribe(&mut self, subscription: Subscription) {
+		let wakes = {
+			let mut state = self.state.lock();
+			match self.subscription {
+				Some(key) => state.subscriptions[key] = subscription,
+				None => self.subscription = Some(state.subscriptions.insert(subscription)),
+			}
+			state.set_demand()
+		};
+		drop(wakes);
+	}
+
+	/// Withdraws this cursor's demand.
+	pub fn unsubscribe(&mut self) {
+		let Some(key) = self.subscription.take() else {
+			return;
+		};
+		let wakes = {
+			let mut state = self.state.lock();
+			state.subscriptions.remove(key);
+			state.set_demand()
+		};
+		drop(wakes);
+	}
+
+	fn take_held(&mut self) -> Option<GroupConsumer> {
+		let (&sequence, _) = self.held.first_key_value()?;
+		if self.end.is_some_and(|end| sequence > end) {
+			return None;
+		}
+		self.held.remove(&sequence)
+	}
+
+	/// The next group in arrival order; `Ok(None)` once the track is complete and every group was
+	/// offered; registers for the next group otherwise.
+	pub fn poll_recv_group(&mut self, waiter: &Waiter) -> Poll<Result<Option<GroupConsumer>, Error>> {
+		if !self.held.is_empty()
+			&& let Some(group) = self.take_held()
+		{
+			return Poll::Ready(Ok(Some(group)));
+		}
+		let mut state = self.state.lock();
+		if let Some(error) = &state.error {
+			return Poll::Ready(Err(error.clone()));
+		}
+		loop {
+			// Groups evicted before this cursor read them: skip to the oldest still cached.
+			if self.next_arrival < state.base {
+				self.next_arrival = state.base;
+			}
+			let Some(slot) = state.arrival.get((self.next_arrival - state.base) as usize) else {
+				break;
+			};
+			self.next_arrival += 1;
+			let Some(cached) = slot else {
+				continue;
+			};
+			if self.start.is_some_and(|start| cached.sequence < start) {
+				continue;
+			}
+			let group = GroupConsumer::new(cached.sequence, cached.group.clone());
+			if self.end.is_some_and(|end| cached.sequence > end) {
+				self.held.insert(cached.sequence, group);
+				continue;
+			}
+			return Poll::Ready(Ok(Some(group)));
+		}
+		if state.is_complete() && self.held.is_empty() {
+			return Poll::Ready(Ok(None));
+		}
+		state.on_group.register(waiter);
+		Poll::Pending
+	}
+
+	/// The next group in arrival order; `Ok(None)` once the track is complete.
+	pub async fn recv_group(&mut self) -> Result<Option<GroupConsumer>, Error> {
+		kio::wait(|waiter| self.poll_recv_group(waiter)).await
+	}
+
+	/// The lowest cached group at or above the next sequence (and the floor, within the cap);
+	/// late groups below it are skipped. `Ok(None)` once nothing more can come.
+	pub fn poll_next_group(&mut self, waiter: &Waiter) -> Poll<Result<Option<GroupConsumer>, Error>> {
+		let mut state = self.state.lock();
+		if let Some(error) = &state.error {
+			return Poll::Ready(Err(error.clone()));
+		}
+		let from = self.next_sequence.max(self.start.unwrap_or(0));
+		if let Some((&sequence, &arrival)) = state.by_sequence.range(from..).next()
+			&& self.end.is_none_or(|end| sequence <= end)
+			&& let Some(cached) = state.cached(arrival)
+		{
+			self.next_sequence = sequence + 1;
+			return Poll::Ready(Ok(Some(GroupConsumer::new(sequence, cached.group.clone()))));
+		}
+		let beyond_end = self.end.is_some_and(|end| from > end);
+		if beyond_end || state.final_sequence.is_some_and(|end| from >= end) {
+			return Poll::Ready(Ok(None));
+		}
+		state.on_group.register(waiter);
+		Poll::Pending
+	}
+
+	/// The next group in rising sequence order, skipping late ones.
+	pub async fn next_group(&mut self) -> Result<Option<GroupConsumer>, Error> {
+		kio::wait(|waiter| self.poll_next_group(waiter)).await
+	}
+
+	/// The latest group, if any is cached.
+	pub fn latest(&self) -> Option<GroupConsumer> {
+		let state = self.state.lock();
+		let cached = state.cached(state.latest?)?;
+		Some(GroupConsumer::new(cached.sequence, cached.group.clone()))
+	}
+
+	/// Ready with the final sequence (exclusive) once the track is finished, or its error.
+	pub fn poll_finished(&self, waiter: &Waiter) -> Poll<Result<u64, Error>> {
+		let mut state = self.state.lock();
+		if let Some(error) = &state.error {
+			return Poll::Ready(Err(error.clone()));
+		}
+		if let Some(end) = state.final_sequence {
+			return Poll::Ready(Ok(end));
+		}
+		state.on_group.register(waiter);
+		Poll::Pending
+	}
+
+	/// Waits until the track is finished; yields its final sequence (exclusive).
+	pub async fn finished(&self) -> Result<u64, Error> {
+		kio::wait(|waiter| self.poll_finished(waiter)).await
+	}
+
+	/// The number of cached groups (for tests and metrics).
+	pub fn cached(&self) -> usize {
+		self.state.lock().by_sequence.len()
+	}
+
+	/// The sequences of the cached groups, lowest first.
+	pub fn cached_sequences(&self) -> Vec<u64> {
+		self.state.lock().by_sequence.keys().copied().collect()
+	}
+}
+
+impl Clone for TrackConsumer {
+	/// Another cursor at the same position, without demand.
+	fn clone(&self) -> Self {
+		Self {
+			state: self.state.clone(),
+			next_arrival: self.next_arrival,
+			next_sequence: self.next_sequence,
+			start: self.start,
+			end: self.end,
+			held: self.held.clone(),
+			subscription: None,
+		}
+	}
+}
+
+impl Drop for TrackConsumer {
+	fn drop(&mut self) {
+		self.unsubscribe();
+	}
+}
+
+impl fmt::Debug for TrackConsumer {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("TrackConsumer")
+			.field("next_arrival", &self.next_arrival)
+			.finish()
+	}
+}
