@@ -7,8 +7,9 @@
 //! The **latest** group (the highest sequence) is never evicted. Non-latest groups expire once
 //! their last access is older than the track's `latency_max`, and while the shared [`Pool`] is
 //! over budget, a track that creates a group first evicts its own stalest non-latest groups.
-//! Both checks run when the track writes, scan at most [`EVICT_SCAN`] entries, and run before
-//! the new group is inserted, so a new group is never its own victim.
+//! Both checks run when the track writes and scan at most [`EVICT_SCAN`] entries; pool eviction
+//! runs before the new group is inserted (so it is never its own victim), expiry after (so the
+//! group it displaced as the latest may expire at once).
 //!
 //! # Cursors
 //!
@@ -326,7 +327,6 @@ impl TrackProducer {
 				return Err(Error::Duplicate);
 			}
 			state.relieve(&mut evicted);
-			state.expire(now, &mut evicted);
 			let producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
 			let arrival = state.base + state.arrival.len() as u64;
 			state.arrival.push_back(Some(Cached {
@@ -339,6 +339,8 @@ impl TrackProducer {
 				state.max_sequence = Some(sequence);
 				state.latest = Some(arrival);
 			}
+			// After the insert, so the group this one displaced as the latest can expire now.
+			state.expire(now, &mut evicted);
 			(producer, state.on_group.take())
 		};
 		abort_all(evicted);

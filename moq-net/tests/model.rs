@@ -1,0 +1,497 @@
+//! The model's rules, one test each: cursors, eviction, demand, announcements, end propagation,
+//! and wakes across kio workers. Time comes from kio's paused clock, so expiry is exact.
+
+use std::task::Poll;
+use std::time::Duration;
+
+use kio::{Builder, Runtime};
+use moq_net::model::{Origin, Update};
+use moq_net::{
+	BroadcastProducer, Error, Frame, GroupConsumer, Path, Pool, Route, Subscription, Timestamp, TrackConsumer,
+	TrackInfo, TrackProducer,
+};
+
+fn paused() -> Runtime {
+	Builder::single().paused_clock(true).build().unwrap()
+}
+
+fn frame(value: u64) -> Frame {
+	Frame::new(Timestamp::new(value, 1000), value.to_le_bytes().to_vec())
+}
+
+fn track() -> TrackProducer {
+	TrackProducer::new("video", TrackInfo::default())
+}
+
+/// Publishes a finished one-frame group with sequence `seq`.
+fn publish(track: &TrackProducer, seq: u64) {
+	let mut group = track.create_group(seq).unwrap();
+	group.write_frame(frame(seq)).unwrap();
+	group.finish().unwrap();
+}
+
+/// Sequences offered by `poll` until it would park.
+fn drain(consumer: &mut TrackConsumer, next: bool) -> Vec<u64> {
+	let waiter = kio::Waiter::<8>::new(std::task::Waker::noop().clone());
+	let mut got = Vec::new();
+	loop {
+		let poll = if next {
+			consumer.poll_next_group(&waiter)
+		} else {
+			consumer.poll_recv_group(&waiter)
+		};
+		match poll {
+			Poll::Ready(Ok(Some(group))) => got.push(group.sequence()),
+			_ => return got,
+		}
+	}
+}
+
+#[test]
+fn recv_group_yields_every_group_once_in_arrival_order() {
+	let track = track();
+	let mut consumer = track.consume();
+	for seq in [0, 2, 1, 5, 3] {
+		publish(&track, seq);
+	}
+	assert_eq!(drain(&mut consumer, false), vec![0, 2, 1, 5, 3]);
+	assert_eq!(drain(&mut consumer, false), Vec::<u64>::new(), "each group once");
+	publish(&track, 4);
+	assert_eq!(drain(&mut consumer, false), vec![4]);
+}
+
+#[test]
+fn a_new_cursor_starts_at_the_latest_group() {
+	let track = track();
+	for seq in 0..5 {
+		publish(&track, seq);
+	}
+	let mut consumer = track.consume();
+	assert_eq!(drain(&mut consumer, false), vec![4]);
+	assert_eq!(consumer.latest().map(|g| g.sequence()), Some(4));
+}
+
+#[test]
+fn a_start_floor_rewinds_to_cached_groups_at_or_above_it() {
+	let track = track();
+	for seq in [0, 2, 3, 4, 5] {
+		publish(&track, seq);
+	}
+	let mut consumer = track.consume();
+	consumer.start_at(3);
+	assert_eq!(drain(&mut consumer, false), vec![3, 4, 5]);
+	publish(&track, 1); // late and below the floor
+	publish(&track, 6);
+	assert_eq!(drain(&mut consumer, false), vec![6]);
+}
+
+#[test]
+fn groups_above_the_end_cap_are_held_and_re_offered_when_it_rises() {
+	let track = track();
+	let mut consumer = track.consume();
+	consumer.end_at(Some(1));
+	for seq in [0, 3, 1, 2] {
+		publish(&track, seq);
+	}
+	assert_eq!(drain(&mut consumer, false), vec![0, 1]);
+	consumer.end_at(Some(2));
+	assert_eq!(drain(&mut consumer, false), vec![2]);
+	consumer.end_at(None);
+	assert_eq!(drain(&mut consumer, false), vec![3]);
+}
+
+#[test]
+fn next_group_rises_and_skips_late_groups() {
+	let track = track();
+	let mut consumer = track.consume();
+	publish(&track, 0);
+	publish(&track, 3);
+	assert_eq!(drain(&mut consumer, true), vec![0, 3]);
+	publish(&track, 1); // late: below what was already yielded
+	publish(&track, 5);
+	assert_eq!(drain(&mut consumer, true), vec![5]);
+}
+
+#[test]
+fn finish_and_abort_reach_every_consumer() {
+	kio::block_on(async {
+		let track = track();
+		let cursors: Vec<TrackConsumer> = (0..3).map(|_| track.consume()).collect();
+		let readers: Vec<_> = cursors
+			.into_iter()
+			.map(|mut cursor| {
+				kio::spawn(async move {
+					let mut seen = Vec::new();
+					while let Some(group) = cursor.recv_group().await? {
+						seen.push(group.sequence());
+					}
+					Ok::<_, Error>((seen, cursor.finished().await?))
+				})
+			})
+			.collect();
+		kio::yield_now().await;
+		publish(&track, 0);
+		publish(&track, 1);
+		track.finish().unwrap();
+		for reader in readers {
+			assert_eq!(reader.await.unwrap(), Ok((vec![0, 1], 2)));
+		}
+
+		let track = TrackProducer::new("audio", TrackInfo::default());
+		let mut cursors: Vec<TrackConsumer> = (0..3).map(|_| track.consume()).collect();
+		let mut open = track.create_group(0).unwrap();
+		let group_reader = cursors[0].recv_group().await.unwrap().unwrap();
+		track.abort(Error::Aborted(7));
+		for cursor in &mut cursors {
+			assert_eq!(cursor.recv_group().await.unwrap_err(), Error::Aborted(7));
+		}
+		let mut group_reader: GroupConsumer = group_reader;
+		assert_eq!(
+			group_reader.read_frame().await.unwrap_err(),
+			Error::Aborted(7),
+			"open groups abort too"
+		);
+		assert!(open.write_frame(frame(1)).is_err());
+
+		// Dropping the last producer without finishing is an abort.
+		let track = TrackProducer::new("data", TrackInfo::default());
+		let mut cursor = track.consume();
+		drop(track);
+		assert_eq!(cursor.recv_group().await.unwrap_err(), Error::Dropped);
+	});
+}
+
+#[test]
+fn finish_at_ahead_of_the_live_edge_completes_when_the_edge_reaches_it() {
+	let track = track();
+	let mut consumer = track.consume();
+	publish(&track, 0);
+	track.finish_at(3).unwrap();
+	assert_eq!(track.create_group(3).err(), Some(Error::Finished));
+	let waiter = kio::Waiter::<8>::new(std::task::Waker::noop().clone());
+	assert_eq!(drain(&mut consumer, false), vec![0]);
+	assert!(
+		consumer.poll_recv_group(&waiter).is_pending(),
+		"groups 1 and 2 may still come"
+	);
+	publish(&track, 1);
+	publish(&track, 2);
+	assert_eq!(drain(&mut consumer, false), vec![1, 2]);
+	assert!(matches!(consumer.poll_recv_group(&waiter), Poll::Ready(Ok(None))));
+}
+
+#[test]
+fn the_latest_group_is_never_evicted_and_old_groups_expire_on_the_clock() {
+	paused().block_on(async {
+		let info = TrackInfo {
+			latency_max: Duration::from_secs(2),
+			..TrackInfo::default()
+		};
+		let track = TrackProducer::new("video", info);
+		let consumer = track.consume();
+		publish(&track, 0);
+		kio::time::advance(Duration::from_secs(1));
+		publish(&track, 1);
+		kio::time::advance(Duration::from_secs(5));
+		// Expiry runs when the track writes: groups 0 and 1 are older than 2 s.
+		publish(&track, 2);
+		assert_eq!(consumer.cached_sequences(), vec![2]);
+		// However long the track idles, the latest survives the next write's expiry pass.
+		kio::time::advance(Duration::from_secs(60));
+		publish(&track, 3);
+		assert_eq!(consumer.cached_sequences(), vec![3], "2 expired, 3 is the latest");
+		kio::time::advance(Duration::from_secs(60));
+		publish(&track, 1); // a late group: 3 stays the latest, so it is kept
+		assert_eq!(consumer.cached_sequences(), vec![1, 3]);
+	});
+}
+
+#[test]
+fn a_cursor_that_fell_behind_eviction_skips_to_what_is_cached() {
+	paused().block_on(async {
+		let info = TrackInfo {
+			latency_max: Duration::from_secs(3),
+			..TrackInfo::default()
+		};
+		let track = TrackProducer::new("video", info);
+		let mut consumer = track.consume();
+		for seq in 0..3 {
+			publish(&track, seq);
+			kio::time::advance(Duration::from_secs(2));
+		}
+		publish(&track, 3);
+		assert_eq!(
+			drain(&mut consumer, false),
+			vec![2, 3],
+			"0 and 1 expired before the cursor read them"
+		);
+	});
+}
+
+#[test]
+fn pool_pressure_evicts_the_stalest_groups_of_the_track_that_writes() {
+	paused().block_on(async {
+		// Each one-frame group charges 8 + 256 bytes: the pool holds three.
+		let pool = Pool::new(3 * 264);
+		let a = TrackProducer::with_pool("a", TrackInfo::default(), pool.clone());
+		let b = TrackProducer::with_pool("b", TrackInfo::default(), pool.clone());
+		let (a_view, b_view) = (a.consume(), b.consume());
+		publish(&b, 0);
+		kio::time::advance(Duration::from_millis(10));
+		publish(&a, 0);
+		kio::time::advance(Duration::from_millis(10));
+		publish(&a, 1);
+		assert_eq!(pool.used(), 3 * 264);
+		kio::time::advance(Duration::from_millis(10));
+		publish(&a, 2); // 4 groups charged: over
+		assert!(pool.is_over());
+		kio::time::advance(Duration::from_millis(10));
+		let mut early = a_view.clone();
+		early.start_at(0);
+		let mut a0 = early.recv_group().await.unwrap().unwrap();
+		publish(&a, 3); // a pays first: its stalest non-latest group goes, then 3 is inserted
+		assert_eq!(
+			b_view.cached_sequences(),
+			vec![0],
+			"the track that did not write kept its group"
+		);
+		assert_eq!(a_view.cached_sequences(), vec![1, 2, 3]);
+		assert_eq!(
+			pool.used(),
+			4 * 264,
+			"one group over budget at most, paid at the next write"
+		);
+		publish(&a, 4);
+		assert_eq!(a_view.cached_sequences(), vec![2, 3, 4]);
+		assert_eq!(b_view.cached_sequences(), vec![0]);
+		// A finished group that was evicted stays readable by whoever already holds it.
+		assert_eq!(a0.read_frame().await.unwrap().unwrap(), frame(0));
+	});
+}
+
+#[test]
+fn demand_aggregates_and_notifies_changes() {
+	kio::block_on(async {
+		let track = track();
+		let mut seen = 0;
+		let sub = |priority, start, end| Subscription {
+			priority,
+			ordered: true,
+			latency_max: Duration::from_millis(u64::from(priority) * 100),
+			start,
+			end,
+		};
+		assert_eq!(track.subscription(), None);
+		let a = track.subscribe(sub(1, Some(10), Some(20)));
+		assert_eq!(
+			track.subscription_changed(&mut seen).await,
+			Some(sub(1, Some(10), Some(20)))
+		);
+		let mut b = track.subscribe(sub(5, Some(4), Some(8)));
+		let total = track.subscription_changed(&mut seen).await.unwrap();
+		assert_eq!((total.priority, total.start, total.end), (5, Some(4), Some(20)));
+		assert_eq!(total.latency_max, Duration::from_millis(500));
+		b.subscribe(sub(2, None, None));
+		let total = track.subscription_changed(&mut seen).await.unwrap();
+		assert_eq!(
+			(total.priority, total.start, total.end),
+			(2, Some(10), None),
+			"an open end wins"
+		);
+		drop(b);
+		assert_eq!(
+			track.subscription_changed(&mut seen).await,
+			Some(sub(1, Some(10), Some(20)))
+		);
+		let unused = kio::spawn({
+			let track = track.clone();
+			async move { track.unused().await }
+		});
+		kio::yield_now().await;
+		assert!(!unused.is_finished());
+		drop(a);
+		unused.await.unwrap();
+		assert_eq!(track.subscription_changed(&mut seen).await, None);
+		// A passive cursor is no demand.
+		let _passive = track.consume();
+		assert_eq!(track.subscription(), None);
+		let used = kio::spawn({
+			let track = track.clone();
+			async move { track.used().await }
+		});
+		kio::yield_now().await;
+		let _c = track.subscribe(Subscription::default());
+		used.await.unwrap();
+	});
+}
+
+#[test]
+fn on_demand_tracks_are_served_by_the_handler_and_coalesced() {
+	kio::block_on(async {
+		let broadcast = BroadcastProducer::new();
+		let consumer = broadcast.consume();
+		assert_eq!(consumer.track("video").err(), Some(Error::NotFound), "no handler");
+		broadcast.serve_requests();
+		let mut first = consumer.subscribe_track("video", Subscription::default()).unwrap();
+		let mut second = consumer.subscribe_track("video", Subscription::default()).unwrap();
+		let request = broadcast.requested_track().await.unwrap();
+		assert_eq!(request.name(), "video");
+		assert!(
+			request.subscription().is_some(),
+			"the request carries the subscribers' demand"
+		);
+		publish(&request, 0);
+		assert_eq!(first.recv_group().await.unwrap().unwrap().sequence(), 0);
+		assert_eq!(second.recv_group().await.unwrap().unwrap().sequence(), 0);
+		let waiter = kio::Waiter::<8>::new(std::task::Waker::noop().clone());
+		assert!(
+			broadcast.poll_requested_track(&waiter).is_pending(),
+			"coalesced into one request"
+		);
+		// A rejected request aborts the subscribers' track.
+		let mut audio = consumer.track("audio").unwrap();
+		broadcast.requested_track().await.unwrap().abort(Error::NotFound);
+		assert_eq!(audio.recv_group().await.unwrap_err(), Error::NotFound);
+	});
+}
+
+fn paths(updates: &[Update]) -> Vec<(String, bool)> {
+	updates
+		.iter()
+		.map(|u| (u.path.to_string(), u.broadcast.is_some()))
+		.collect()
+}
+
+fn ready(cursor: &mut moq_net::model::AnnounceCursor) -> Vec<Update> {
+	std::iter::from_fn(|| cursor.try_next()).collect()
+}
+
+#[test]
+fn announcements_are_the_current_set_then_live_updates_within_prefix_and_scope() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let (_a, _pa) = producer
+		.create_broadcast(&Path::new("live/b"), Route::default())
+		.unwrap();
+	let (_b, _pb) = producer
+		.create_broadcast(&Path::new("live/a"), Route::default())
+		.unwrap();
+	let (_c, _pc) = producer
+		.create_broadcast(&Path::new("vod/x"), Route::default())
+		.unwrap();
+	let (_d, _pd) = producer
+		.create_broadcast(&Path::new("liver/y"), Route::default())
+		.unwrap();
+
+	let consumer = origin.consumer();
+	let mut live = consumer.announced(&Path::new("live"));
+	assert_eq!(
+		paths(&ready(&mut live)),
+		vec![("live/a".into(), true), ("live/b".into(), true)],
+		"sorted, by segment"
+	);
+
+	let (e, pe) = producer
+		.create_broadcast(&Path::new("live/c"), Route::default())
+		.unwrap();
+	let (_f, _pf) = producer
+		.create_broadcast(&Path::new("vod/z"), Route::default())
+		.unwrap();
+	assert_eq!(paths(&ready(&mut live)), vec![("live/c".into(), true)]);
+	drop(pe);
+	drop(e);
+	assert_eq!(paths(&ready(&mut live)), vec![("live/c".into(), false)]);
+
+	// Re-rooted: paths are relative to the root.
+	let rooted = consumer.with_root(&Path::new("live"));
+	let mut all = rooted.announced(&Path::default());
+	assert_eq!(paths(&ready(&mut all)), vec![("a".into(), true), ("b".into(), true)]);
+	assert!(rooted.get_broadcast(&Path::new("a")).is_some());
+
+	// Scoped: only the allowed prefixes, and publishing outside them is refused.
+	let scoped = consumer.scope(&[Path::new("vod")]);
+	let mut vod = scoped.announced(&Path::default());
+	assert_eq!(
+		paths(&ready(&mut vod)),
+		vec![("vod/x".into(), true), ("vod/z".into(), true)]
+	);
+	let scoped_producer = producer.with_root(&Path::new("room")).scope(&[Path::new("alice")]);
+	let outside = scoped_producer.create_broadcast(&Path::new("bob/cam"), Route::default());
+	assert_eq!(outside.err(), Some(Error::Unauthorized));
+	let (_g, _pg) = scoped_producer
+		.create_broadcast(&Path::new("alice/cam"), Route::default())
+		.unwrap();
+	assert!(consumer.get_broadcast(&Path::new("room/alice/cam")).is_some());
+}
+
+#[test]
+fn replacing_a_path_announces_the_old_going_and_the_new_coming() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let mut cursor = origin.consumer().announced(&Path::default());
+	let (_a, pa) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
+	let (_b, _pb) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
+	assert_eq!(
+		paths(&ready(&mut cursor)),
+		vec![("x".into(), true), ("x".into(), false), ("x".into(), true)]
+	);
+	drop(pa); // the replaced publication no longer owns the path
+	assert_eq!(paths(&ready(&mut cursor)), vec![]);
+}
+
+#[test]
+fn hop_chains_prevent_reflection_and_loops() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let consumer = origin.consumer();
+	let (_a, _pa) = producer
+		.create_broadcast(&Path::new("from-peer-7"), Route::new(vec![9, 7]))
+		.unwrap();
+	let (_b, _pb) = producer
+		.create_broadcast(&Path::new("local"), Route::new(vec![]))
+		.unwrap();
+	let mut to_peer_7 = consumer.announced_excluding(&Path::default(), 7);
+	assert_eq!(
+		paths(&ready(&mut to_peer_7)),
+		vec![("local".into(), true)],
+		"never reflected back to peer 7"
+	);
+	let mut to_peer_8 = consumer.announced_excluding(&Path::default(), 8);
+	assert_eq!(ready(&mut to_peer_8).len(), 2);
+	assert_eq!(ready(&mut to_peer_8).len(), 0);
+	// A route that already passed through this origin is a loop.
+	assert_eq!(
+		producer
+			.create_broadcast(&Path::new("loop"), Route::new(vec![3, 1]))
+			.err(),
+		Some(Error::Unauthorized)
+	);
+}
+
+#[test]
+fn a_consumer_on_another_worker_is_woken_by_a_producer_on_this_one() {
+	let rt = Builder::new().workers(2).pin(false).build().unwrap();
+	let track = track();
+	let mut consumer = track.consume();
+	let remote = rt.spawn_on(1, move || async move {
+		assert_eq!(kio::worker_index(), 1);
+		let mut seen = Vec::new();
+		while let Some(mut group) = consumer.recv_group().await.unwrap() {
+			let frame = group.read_frame().await.unwrap().unwrap();
+			seen.push((group.sequence(), frame.timestamp.value));
+		}
+		seen
+	});
+	let seen = rt.block_on(async move {
+		for seq in 0..200 {
+			publish(&track, seq);
+			if seq % 10 == 0 {
+				kio::yield_now().await;
+			}
+		}
+		track.finish().unwrap();
+		remote.await.unwrap()
+	});
+	// The remote cursor started at the latest group when it was created, before any group.
+	assert_eq!(seen, (0..200).map(|seq| (seq, seq)).collect::<Vec<_>>());
+}
