@@ -169,7 +169,7 @@ struct Slot {
 enum Current {
 	None,
 	Main,
-	Task { slot: u32, tgen: u32, task: Rc<dyn Run> },
+	Task(Rc<dyn Run>),
 }
 
 /// A worker's own state. Lives in a thread-local while the worker runs.
@@ -184,6 +184,8 @@ pub(crate) struct Core {
 	main_waiter: Waiter,
 	main_woken: Cell<bool>,
 	current: RefCell<Current>,
+	/// The packed waker data of the task being polled (0 between polls).
+	current_data: Cell<usize>,
 	pub(crate) timers: RefCell<Timers>,
 	clock: Clock,
 	now: Cell<Instant>,
@@ -269,40 +271,29 @@ pub(crate) fn schedule_current(slot: u32) {
 	with_core(|core| core.schedule(slot));
 }
 
-/// The waiter behind `waker`, if it is the task this worker is polling right now.
-pub(crate) enum TaskWaiter {
-	Main(Rc<Core>),
-	Task(Rc<dyn Run>),
-}
-
-impl std::ops::Deref for TaskWaiter {
-	type Target = Waiter;
-
-	fn deref(&self) -> &Waiter {
-		match self {
-			Self::Main(core) => &core.main_waiter,
-			Self::Task(task) => task.waiter(),
-		}
+/// Runs `poll` with the waiter behind `waker` if `waker` belongs to the task this worker is
+/// polling right now; hands `poll` back otherwise (a foreign executor, or a combinator's own
+/// waker). Borrows the task in place: no reference count moves.
+pub(crate) fn with_task_waiter<R, F: FnOnce(&Waiter) -> R>(waker: &Waker, poll: F) -> Result<R, F> {
+	if !waker::is_task_waker(waker) {
+		return Err(poll);
 	}
-}
-
-pub(crate) fn task_waiter(waker: &Waker) -> Option<TaskWaiter> {
-	let (worker, slot, tgen) = waker::task_of(waker)?;
-	with_core(|core| {
-		if core.id != worker {
-			return None;
+	let data = waker.data().addr();
+	let attempt = CORE.try_with(|core| {
+		let core = core.borrow();
+		let Some(core) = core.as_ref() else {
+			return Err(poll);
+		};
+		if core.current_data.get() != data {
+			return Err(poll);
 		}
 		match &*core.current.borrow() {
-			Current::Main if slot == MAIN_SLOT => Some(TaskWaiter::Main(core.clone())),
-			Current::Task {
-				slot: current,
-				tgen: current_tgen,
-				task,
-			} if *current == slot && *current_tgen == tgen => Some(TaskWaiter::Task(task.clone())),
-			_ => None,
+			Current::Main => Ok(poll(&core.main_waiter)),
+			Current::Task(task) => Ok(poll(task.waiter())),
+			Current::None => Err(poll),
 		}
-	})
-	.flatten()
+	});
+	attempt.unwrap_or_else(|_| unreachable!("the thread-local is alive while a task is polled"))
 }
 
 impl Core {
@@ -323,6 +314,7 @@ impl Core {
 			main_waiter: Waiter::for_task(id, MAIN_SLOT, main_key),
 			main_woken: Cell::new(false),
 			current: RefCell::new(Current::None),
+			current_data: Cell::new(0),
 			timers: RefCell::new(Timers::default()),
 			clock,
 			now: Cell::new(now),
@@ -411,13 +403,15 @@ impl Core {
 		task.waiter().prepare();
 		let tgen = waker::tgen_of(self.shared.key(slot));
 		let waker = waker::task_waker(self.id, slot, tgen);
-		*self.current.borrow_mut() = Current::Task {
-			slot,
-			tgen,
-			task: task.clone(),
+		self.current_data.set(waker.data().addr());
+		*self.current.borrow_mut() = Current::Task(task);
+		let poll = match &*self.current.borrow() {
+			Current::Task(task) => task.run(&mut Context::from_waker(&waker)),
+			_ => unreachable!("set just above"),
 		};
-		let poll = task.run(&mut Context::from_waker(&waker));
-		*self.current.borrow_mut() = Current::None;
+		self.current_data.set(0);
+		let task = std::mem::replace(&mut *self.current.borrow_mut(), Current::None);
+		drop(task);
 		self.polls.set(self.polls.get() + 1);
 		match poll {
 			Poll::Ready(()) => self.free(slot),
@@ -451,9 +445,11 @@ impl Core {
 		}
 		self.main_waiter.prepare();
 		let waker = waker::task_waker(self.id, MAIN_SLOT, waker::tgen_of(self.shared.key(MAIN_SLOT)));
+		self.current_data.set(waker.data().addr());
 		*self.current.borrow_mut() = Current::Main;
 		let poll = future.poll(&mut Context::from_waker(&waker));
 		*self.current.borrow_mut() = Current::None;
+		self.current_data.set(0);
 		self.polls.set(self.polls.get() + 1);
 		match poll {
 			Poll::Ready(output) => Some(output),

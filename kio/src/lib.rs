@@ -53,7 +53,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-pub use exec::{Builder, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
+pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
 pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 pub use uring::RingStats;
 pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
@@ -126,9 +126,10 @@ impl Park {
 
 	/// Runs `poll` with the waiter for `cx`.
 	pub fn poll<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(&Waiter) -> Poll<T>) -> Poll<T> {
-		if let Some(waiter) = exec::task_waiter(cx.waker()) {
-			return poll(&waiter);
-		}
+		let poll = match exec::with_task_waiter(cx.waker(), poll) {
+			Ok(result) => return result,
+			Err(poll) => poll,
+		};
 		let waker = cx.waker();
 		let waiter = match &mut self.foreign {
 			Some(waiter) if waiter.will_wake(waker) => {

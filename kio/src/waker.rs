@@ -277,6 +277,11 @@ pub(crate) fn task_waker(worker: u32, slot: u32, tgen: u32) -> Waker {
 	unsafe { Waker::new(data, &VTABLE) }
 }
 
+/// Whether `waker` is a kio task waker.
+pub(crate) fn is_task_waker(waker: &Waker) -> bool {
+	std::ptr::eq(waker.vtable(), &VTABLE)
+}
+
 /// If `waker` is a kio task waker, its `(worker, slot, tgen)`.
 pub(crate) fn task_of(waker: &Waker) -> Option<(u32, u32, u32)> {
 	std::ptr::eq(waker.vtable(), &VTABLE).then(|| unpack(waker.data()))
