@@ -166,12 +166,6 @@ struct Slot {
 	state: Cell<u8>,
 }
 
-enum Current {
-	None,
-	Main,
-	Task(Rc<dyn Run>),
-}
-
 /// A worker's own state. Lives in a thread-local while the worker runs.
 pub(crate) struct Core {
 	id: u32,
@@ -183,9 +177,6 @@ pub(crate) struct Core {
 	queue: RefCell<VecDeque<u32>>,
 	main_waiter: Waiter,
 	main_woken: Cell<bool>,
-	current: RefCell<Current>,
-	/// The packed waker data of the task being polled (0 between polls).
-	current_data: Cell<usize>,
 	pub(crate) timers: RefCell<Timers>,
 	clock: Clock,
 	now: Cell<Instant>,
@@ -271,31 +262,6 @@ pub(crate) fn schedule_current(slot: u32) {
 	with_core(|core| core.schedule(slot));
 }
 
-/// Runs `poll` with the waiter behind `waker` if `waker` belongs to the task this worker is
-/// polling right now; hands `poll` back otherwise (a foreign executor, or a combinator's own
-/// waker). Borrows the task in place: no reference count moves.
-pub(crate) fn with_task_waiter<R, F: FnOnce(&Waiter) -> R>(waker: &Waker, poll: F) -> Result<R, F> {
-	if !waker::is_task_waker(waker) {
-		return Err(poll);
-	}
-	let data = waker.data().addr();
-	let attempt = CORE.try_with(|core| {
-		let core = core.borrow();
-		let Some(core) = core.as_ref() else {
-			return Err(poll);
-		};
-		if core.current_data.get() != data {
-			return Err(poll);
-		}
-		match &*core.current.borrow() {
-			Current::Main => Ok(poll(&core.main_waiter)),
-			Current::Task(task) => Ok(poll(task.waiter())),
-			Current::None => Err(poll),
-		}
-	});
-	attempt.unwrap_or_else(|_| unreachable!("the thread-local is alive while a task is polled"))
-}
-
 impl Core {
 	fn new(index: usize, builder: &Builder, runtime: Arc<RuntimeShared>) -> Result<Rc<Self>, Error> {
 		let ring = Ring::new(builder.ring_entries, &builder.denied)?;
@@ -313,8 +279,6 @@ impl Core {
 			queue: RefCell::new(VecDeque::new()),
 			main_waiter: Waiter::for_task(id, MAIN_SLOT, main_key),
 			main_woken: Cell::new(false),
-			current: RefCell::new(Current::None),
-			current_data: Cell::new(0),
 			timers: RefCell::new(Timers::default()),
 			clock,
 			now: Cell::new(now),
@@ -403,14 +367,9 @@ impl Core {
 		task.waiter().prepare();
 		let tgen = waker::tgen_of(self.shared.key(slot));
 		let waker = waker::task_waker(self.id, slot, tgen);
-		self.current_data.set(waker.data().addr());
-		*self.current.borrow_mut() = Current::Task(task);
-		let poll = match &*self.current.borrow() {
-			Current::Task(task) => task.run(&mut Context::from_waker(&waker)),
-			_ => unreachable!("set just above"),
-		};
-		self.current_data.set(0);
-		let task = std::mem::replace(&mut *self.current.borrow_mut(), Current::None);
+		let polling = waker::polling(&waker, task.waiter());
+		let poll = task.run(&mut Context::from_waker(&waker));
+		drop(polling);
 		drop(task);
 		self.polls.set(self.polls.get() + 1);
 		match poll {
@@ -445,11 +404,9 @@ impl Core {
 		}
 		self.main_waiter.prepare();
 		let waker = waker::task_waker(self.id, MAIN_SLOT, waker::tgen_of(self.shared.key(MAIN_SLOT)));
-		self.current_data.set(waker.data().addr());
-		*self.current.borrow_mut() = Current::Main;
+		let polling = waker::polling(&waker, &self.main_waiter);
 		let poll = future.poll(&mut Context::from_waker(&waker));
-		*self.current.borrow_mut() = Current::None;
-		self.current_data.set(0);
+		drop(polling);
 		self.polls.set(self.polls.get() + 1);
 		match poll {
 			Poll::Ready(output) => Some(output),

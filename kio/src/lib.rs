@@ -126,7 +126,7 @@ impl Park {
 
 	/// Runs `poll` with the waiter for `cx`.
 	pub fn poll<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(&Waiter) -> Poll<T>) -> Poll<T> {
-		let poll = match exec::with_task_waiter(cx.waker(), poll) {
+		let poll = match waker::with_polling_waiter(cx.waker(), poll) {
 			Ok(result) => return result,
 			Err(poll) => poll,
 		};

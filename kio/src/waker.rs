@@ -14,10 +14,12 @@
 //!
 //! This module holds the only `unsafe` outside `uring/`: building a `Waker` from its vtable.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::task::{RawWaker, RawWakerVTable, Waker};
 
+use crate::Waiter;
 use crate::exec;
 use crate::uring::sys;
 
@@ -277,12 +279,54 @@ pub(crate) fn task_waker(worker: u32, slot: u32, tgen: u32) -> Waker {
 	unsafe { Waker::new(data, &VTABLE) }
 }
 
+thread_local! {
+	/// The task being polled on this thread: its packed waker data and its waiter.
+	static POLLING: Cell<(usize, *const Waiter)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+/// Marks a task as being polled until dropped (restoring what was marked before).
+pub(crate) struct Polling {
+	previous: (usize, *const Waiter),
+}
+
+/// Marks `waiter` as the waiter of the task polled with `waker`, for the guard's lifetime.
+///
+/// The caller keeps `waiter` alive and unmoved until the guard drops: the executor holds the
+/// task's `Rc` (which owns the waiter) across the whole poll, and the `block_on` waiter lives in
+/// the worker's core, which outlives the poll.
+pub(crate) fn polling(waker: &Waker, waiter: &Waiter) -> Polling {
+	let previous = POLLING.with(|polling| polling.replace((waker.data().addr(), waiter)));
+	Polling { previous }
+}
+
+impl Drop for Polling {
+	fn drop(&mut self) {
+		POLLING.with(|polling| polling.set(self.previous));
+	}
+}
+
+/// Runs `poll` with the waiter of the task being polled, if `waker` is that task's waker;
+/// hands `poll` back otherwise (a foreign executor, or a combinator's own waker).
+pub(crate) fn with_polling_waiter<R, F: FnOnce(&Waiter) -> R>(waker: &Waker, poll: F) -> Result<R, F> {
+	let (data, waiter) = POLLING.with(Cell::get);
+	if waiter.is_null() || waker.data().addr() != data || !is_task_waker(waker) {
+		return Err(poll);
+	}
+	// SAFETY: shared-reference validity: `waiter` was stored by `polling` from a live `&Waiter`
+	// whose owner keeps it alive and unmoved until the `Polling` guard drops (see `polling`),
+	// and the guard is still alive because the pointer is non-null on this thread. Matching the
+	// waker's data proves `waker` belongs to that task. Only a shared reference is made, and
+	// `Waiter`'s interior mutability is `Cell`s used on this thread alone.
+	Ok(poll(unsafe { &*waiter }))
+}
+
 /// Whether `waker` is a kio task waker.
 pub(crate) fn is_task_waker(waker: &Waker) -> bool {
 	std::ptr::eq(waker.vtable(), &VTABLE)
 }
 
 /// If `waker` is a kio task waker, its `(worker, slot, tgen)`.
+#[cfg(test)]
 pub(crate) fn task_of(waker: &Waker) -> Option<(u32, u32, u32)> {
 	std::ptr::eq(waker.vtable(), &VTABLE).then(|| unpack(waker.data()))
 }
