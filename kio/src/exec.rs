@@ -41,7 +41,7 @@ use slab::Slab;
 use crate::task::raw::{Run, TaskCell};
 use crate::task::{JoinHandle, RemoteJoinHandle};
 use crate::time::{Clock, Timers};
-use crate::uring::{Ring, RingStats, sys};
+use crate::uring::{Ring, RingStats, Woken, sys};
 use crate::waker::{self, MAIN_SLOT, Msg, WorkerShared};
 use crate::{Error, Waiter};
 
@@ -189,6 +189,8 @@ pub(crate) struct Core {
 	polls: Cell<u64>,
 	parks: Cell<u64>,
 	fired: RefCell<Vec<Waker>>,
+	/// Wakes the ring's completions owe, run after its borrow is released.
+	io_woken: RefCell<Woken>,
 	inbox: RefCell<Vec<Msg>>,
 }
 
@@ -291,12 +293,19 @@ impl Core {
 			polls: Cell::new(0),
 			parks: Cell::new(0),
 			fired: RefCell::new(Vec::new()),
+			io_woken: RefCell::new(Woken::default()),
 			inbox: RefCell::new(Vec::new()),
 		}))
 	}
 
 	pub(crate) fn serial(&self) -> u64 {
 		self.serial
+	}
+
+	/// The worker's ring, for I/O operations (`crate::uring::with_ring`). Never borrowed across
+	/// user code: the turn releases it before running the wakes its completions collected.
+	pub(crate) fn ring(&self) -> &RefCell<Ring> {
+		&self.ring
 	}
 
 	pub(crate) fn now(&self) -> Instant {
@@ -472,13 +481,18 @@ impl Core {
 			self.refresh_now();
 			self.fire_timers();
 		}
-		let wait = self.idle() && self.shared.try_park();
+		// Entries waiting in the ring's spill queue must reach the kernel first: no parking.
+		let wait = self.idle() && !self.ring.borrow().has_spill() && self.shared.try_park();
 		let timeout = self
 			.timers
 			.borrow()
 			.next_deadline()
 			.map(|at| at.saturating_duration_since(self.now.get()));
-		let result = self.ring.borrow_mut().enter(wait, timeout);
+		let mut woken = std::mem::take(&mut *self.io_woken.borrow_mut());
+		let result = self.ring.borrow_mut().enter(wait, timeout, &mut woken);
+		// Completions only collected their wakes; run them now that the ring is not borrowed.
+		woken.wake();
+		*self.io_woken.borrow_mut() = woken;
 		if wait {
 			self.shared.unparked();
 			self.parks.set(self.parks.get() + 1);

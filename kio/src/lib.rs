@@ -12,7 +12,12 @@
 //!   budget, a timer heap and an io_uring; [`spawn`], [`block_on`], [`yield_now`].
 //! - [`time`]: the loop's clock, [`sleep`](time::sleep) and the re-armable
 //!   [`Deadline`](time::Deadline).
-//! - `uring` (private): ring set-up, the one `io_uring_enter` per loop turn, unpark, teardown.
+//! - `uring` (private): ring set-up, the one `io_uring_enter` per loop turn, operations that own
+//!   what the kernel may touch until their terminal completion, cancellation, provided buffer
+//!   rings, unpark, teardown.
+//! - [`net`]: [`UdpSocket`](net::UdpSocket) (multishot receive with GRO, GSO sends with a
+//!   fallback, ECN and `PKTINFO`), [`TcpListener`](net::TcpListener) and
+//!   [`TcpStream`](net::TcpStream), in safe code over `uring`.
 //!
 //! # The calling convention
 //!
@@ -29,6 +34,7 @@
 #![deny(unsafe_code)]
 
 pub mod exec;
+pub mod net;
 pub mod sync;
 pub mod task;
 pub mod time;
@@ -55,7 +61,7 @@ use std::task::{Context, Poll};
 
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
 pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
-pub use uring::RingStats;
+pub use uring::{IoCounters, RingStats, io_counters};
 pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
 
 /// Why a runtime could not start.

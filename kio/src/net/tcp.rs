@@ -1,0 +1,349 @@
+//! TCP: a listener with a multishot accept, and a stream whose reads and writes are safe to
+//! cancel.
+//!
+//! # Cancel safety
+//!
+//! A stream keeps its in-flight receive and send operations itself, not in the caller's future:
+//!
+//! - **read**: a dropped [`TcpStream::read`] leaves the receive in flight; the next read takes its
+//!   bytes. Nothing received is lost.
+//! - **write**: [`TcpStream::poll_write`] copies into the stream's send buffer (up to 64 KiB
+//!   staged) and returns at once; the stream sends in the background, one `send` at a time, and
+//!   resends the rest of a partial send. A later write or [`TcpStream::flush`] reports an error.
+//!   Nothing is sent twice or silently dropped while the stream lives; call
+//!   [`TcpStream::shutdown`] (or `flush`) before dropping it to know the bytes left.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::task::Poll;
+
+use crate::Waiter;
+use crate::uring::socket::{self, set_int};
+use crate::uring::tcp::{self, IoBuf};
+use crate::uring::{Fd, MultiOp, Op};
+
+/// Bytes one receive asks for.
+const READ_BUF: usize = 16 * 1024;
+/// Bytes of written data a stream stages before `poll_write` waits.
+const WRITE_BUF: usize = 64 * 1024;
+const BACKLOG: libc::c_int = 1024;
+
+/// A listening TCP socket. Accepts through one multishot accept, re-armed when it ends.
+pub struct TcpListener {
+	fd: Rc<Fd>,
+	local: SocketAddr,
+	accept: RefCell<Option<MultiOp>>,
+}
+
+impl TcpListener {
+	/// Binds and listens (`SO_REUSEADDR` set).
+	pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+		let fd = socket::socket(&addr, libc::SOCK_STREAM)?;
+		set_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+		socket::bind(&fd, addr)?;
+		socket::listen(&fd, BACKLOG)?;
+		let local = socket::local_addr(&fd)?;
+		Ok(Self {
+			fd: Rc::new(fd),
+			local,
+			accept: RefCell::new(None),
+		})
+	}
+
+	/// The bound address.
+	pub fn local_addr(&self) -> SocketAddr {
+		self.local
+	}
+
+	/// The next connection and its peer address.
+	pub fn poll_accept(&self, waiter: &Waiter) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
+		let mut accept = self.accept.borrow_mut();
+		loop {
+			let op = match &mut *accept {
+				Some(op) => op,
+				None => match tcp::accept_multi(&self.fd) {
+					Ok(op) => accept.insert(op),
+					Err(e) => return Poll::Ready(Err(e)),
+				},
+			};
+			match op.poll_next(waiter) {
+				Poll::Pending => return Poll::Pending,
+				// Ended (an error was reported, or the kernel stopped it): re-arm.
+				Poll::Ready(None) => *accept = None,
+				Poll::Ready(Some((res, _))) if res < 0 => {
+					return Poll::Ready(Err(io::Error::from_raw_os_error(-res)));
+				}
+				Poll::Ready(Some((res, _))) => {
+					let fd = Fd::adopt(res);
+					// A peer that already reset has no name; the connection is still handed out.
+					let peer = socket::peer_addr(&fd).unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+					return Poll::Ready(Ok((TcpStream::new(Rc::new(fd)), peer)));
+				}
+			}
+		}
+	}
+
+	/// Accepts the next connection.
+	pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+		crate::wait(|w| self.poll_accept(w)).await
+	}
+}
+
+impl std::fmt::Debug for TcpListener {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("TcpListener").field("local", &self.local).finish()
+	}
+}
+
+/// A TCP connection. See the [module docs](self) for what a dropped read or write leaves.
+pub struct TcpStream {
+	fd: Rc<Fd>,
+	/// The receive buffer: `data[start..end]` is received and not yet read.
+	read_buf: Option<Box<IoBuf>>,
+	reading: Option<Op<IoBuf>>,
+	/// Bytes written and not yet handed to a send.
+	staged: Vec<u8>,
+	/// A send buffer not in use.
+	spare: Option<Box<IoBuf>>,
+	sending: Option<Op<IoBuf>>,
+	/// An error of a background send, reported by the next write or flush.
+	write_error: Option<io::Error>,
+	shutdown: Option<Op<Rc<Fd>>>,
+}
+
+impl TcpStream {
+	fn new(fd: Rc<Fd>) -> Self {
+		Self {
+			fd,
+			read_buf: None,
+			reading: None,
+			staged: Vec::new(),
+			spare: None,
+			sending: None,
+			write_error: None,
+			shutdown: None,
+		}
+	}
+
+	/// Connects to `addr`. Dropping the future cancels the connect (the socket closes once the
+	/// kernel is done with it).
+	pub async fn connect(addr: SocketAddr) -> io::Result<Self> {
+		let fd = Rc::new(socket::socket(&addr, libc::SOCK_STREAM)?);
+		let mut op = tcp::connect(fd.clone(), addr)?;
+		let done = crate::wait(|w| op.poll(w)).await?;
+		done.result()?;
+		Ok(Self::new(fd))
+	}
+
+	/// The local address.
+	pub fn local_addr(&self) -> io::Result<SocketAddr> {
+		socket::local_addr(&self.fd)
+	}
+
+	/// The peer's address.
+	pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+		socket::peer_addr(&self.fd)
+	}
+
+	/// Sets `TCP_NODELAY`.
+	pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+		set_int(&self.fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on.into())
+	}
+
+	/// Reads into `dst`: the bytes of the last receive first, else the next receive's. Ready(0)
+	/// is end of stream (or an empty `dst`).
+	pub fn poll_read(&mut self, waiter: &Waiter, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+		if let Some(buf) = &mut self.read_buf
+			&& buf.start < buf.end
+		{
+			let n = (buf.end - buf.start).min(dst.len());
+			dst[..n].copy_from_slice(&buf.data[buf.start..buf.start + n]);
+			buf.start += n;
+			return Poll::Ready(Ok(n));
+		}
+		if dst.is_empty() {
+			return Poll::Ready(Ok(0));
+		}
+		let op = match &mut self.reading {
+			Some(op) => op,
+			None => {
+				let buf = self
+					.read_buf
+					.take()
+					.unwrap_or_else(|| IoBuf::new(self.fd.clone(), READ_BUF));
+				match tcp::recv(buf) {
+					Ok(op) => self.reading.insert(op),
+					Err(e) => return Poll::Ready(Err(e)),
+				}
+			}
+		};
+		let done = match op.poll(waiter) {
+			Poll::Pending => return Poll::Pending,
+			Poll::Ready(done) => done,
+		};
+		self.reading = None;
+		let mut done = done?;
+		let received = done.result();
+		done.keep.start = 0;
+		done.keep.end = *received.as_ref().unwrap_or(&0);
+		self.read_buf = Some(done.keep);
+		match received {
+			Ok(0) => Poll::Ready(Ok(0)),
+			Ok(_) => self.poll_read(waiter, dst),
+			Err(e) => Poll::Ready(Err(e)),
+		}
+	}
+
+	/// Reads some bytes into `dst`; 0 at end of stream.
+	pub async fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+		crate::wait(|w| self.poll_read(w, dst)).await
+	}
+
+	/// Reads exactly `dst.len()` bytes (`UnexpectedEof` if the stream ends first).
+	pub async fn read_exact(&mut self, dst: &mut [u8]) -> io::Result<()> {
+		let mut at = 0;
+		while at < dst.len() {
+			match self.read(&mut dst[at..]).await? {
+				0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+				n => at += n,
+			}
+		}
+		Ok(())
+	}
+
+	/// Drives the background send. Ready(Ok) when no send is in flight (bytes may still be
+	/// staged only if starting a send failed, which is reported).
+	fn poll_sending(&mut self, waiter: &Waiter) -> Poll<io::Result<()>> {
+		loop {
+			if let Some(op) = &mut self.sending {
+				let done = match op.poll(waiter) {
+					Poll::Pending => return Poll::Pending,
+					Poll::Ready(done) => done,
+				};
+				self.sending = None;
+				let mut done = done?;
+				match done.result() {
+					Ok(n) => {
+						done.keep.start += n;
+						if done.keep.start < done.keep.end {
+							// A partial send: send the rest.
+							match tcp::send(done.keep) {
+								Ok(op) => self.sending = Some(op),
+								Err(e) => return Poll::Ready(Err(e)),
+							}
+							continue;
+						}
+						self.spare = Some(done.keep);
+					}
+					Err(e) => {
+						self.spare = Some(done.keep);
+						self.staged.clear();
+						return Poll::Ready(Err(e));
+					}
+				}
+			}
+			if self.staged.is_empty() {
+				return Poll::Ready(Ok(()));
+			}
+			let mut buf = self.spare.take().unwrap_or_else(|| IoBuf::new(self.fd.clone(), 0));
+			buf.data.clear();
+			std::mem::swap(&mut buf.data, &mut self.staged);
+			buf.start = 0;
+			buf.end = buf.data.len();
+			match tcp::send(buf) {
+				Ok(op) => self.sending = Some(op),
+				Err(e) => return Poll::Ready(Err(e)),
+			}
+		}
+	}
+
+	/// Stages up to 64 KiB of `src` for sending and returns how much it took; waits only when the
+	/// staging buffer is full.
+	pub fn poll_write(&mut self, waiter: &Waiter, src: &[u8]) -> Poll<io::Result<usize>> {
+		if let Some(e) = self.write_error.take() {
+			return Poll::Ready(Err(e));
+		}
+		if src.is_empty() {
+			return Poll::Ready(Ok(0));
+		}
+		if let Poll::Ready(Err(e)) = self.poll_sending(waiter) {
+			return Poll::Ready(Err(e));
+		}
+		let room = WRITE_BUF.saturating_sub(self.staged.len());
+		if room == 0 {
+			// A send is in flight (else `poll_sending` would have taken the staged bytes), and
+			// `waiter` is registered on it.
+			return Poll::Pending;
+		}
+		let n = room.min(src.len());
+		self.staged.extend_from_slice(&src[..n]);
+		if self.sending.is_none()
+			&& let Poll::Ready(Err(e)) = self.poll_sending(waiter)
+		{
+			self.write_error = Some(e);
+		}
+		Poll::Ready(Ok(n))
+	}
+
+	/// Stages some of `src` for sending; returns how much.
+	pub async fn write(&mut self, src: &[u8]) -> io::Result<usize> {
+		crate::wait(|w| self.poll_write(w, src)).await
+	}
+
+	/// Writes all of `src` and waits until it is handed to the kernel.
+	pub async fn write_all(&mut self, mut src: &[u8]) -> io::Result<()> {
+		while !src.is_empty() {
+			let n = self.write(src).await?;
+			src = &src[n..];
+		}
+		self.flush().await
+	}
+
+	/// Ready once every written byte is handed to the kernel.
+	pub fn poll_flush(&mut self, waiter: &Waiter) -> Poll<io::Result<()>> {
+		if let Some(e) = self.write_error.take() {
+			return Poll::Ready(Err(e));
+		}
+		self.poll_sending(waiter)
+	}
+
+	/// Waits until every written byte is handed to the kernel.
+	pub async fn flush(&mut self) -> io::Result<()> {
+		crate::wait(|w| self.poll_flush(w)).await
+	}
+
+	/// Flushes, then shuts the write side down (the peer reads end of stream).
+	pub fn poll_shutdown(&mut self, waiter: &Waiter) -> Poll<io::Result<()>> {
+		if self.shutdown.is_none() {
+			match self.poll_flush(waiter) {
+				Poll::Ready(Ok(())) => {}
+				other => return other,
+			}
+			match tcp::shutdown(&self.fd, libc::SHUT_WR) {
+				Ok(op) => self.shutdown = Some(op),
+				Err(e) => return Poll::Ready(Err(e)),
+			}
+		}
+		let op = self.shutdown.as_mut().expect("set above");
+		match op.poll(waiter) {
+			Poll::Pending => Poll::Pending,
+			Poll::Ready(done) => {
+				self.shutdown = None;
+				Poll::Ready(done.and_then(|done| done.result().map(drop)))
+			}
+		}
+	}
+
+	/// Flushes and shuts the write side down.
+	pub async fn shutdown(&mut self) -> io::Result<()> {
+		crate::wait(|w| self.poll_shutdown(w)).await
+	}
+}
+
+impl std::fmt::Debug for TcpStream {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("TcpStream").field("fd", &self.fd.raw()).finish()
+	}
+}
