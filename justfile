@@ -19,3 +19,11 @@ loom:
 # kio's benchmarks: instruction counts under callgrind where there is no PMU.
 bench-kio:
 	cargo bench -p kio --bench kio -- count --save
+
+# Fan-out harness, current tree and each revision side by side: `just bench-fanout HEAD~1`.
+bench-fanout *REVS:
+	bench/scripts/bench-fanout.sh {{REVS}}
+
+# The model fan-out table, saved to bench/results/ (perf counter, else callgrind, else task-clock).
+bench-model:
+	cargo run --release -p bench --bin fanout -- model --save
