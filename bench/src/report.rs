@@ -106,7 +106,10 @@ pub fn growth(from: f64, to: f64) -> f64 {
 }
 
 /// `(subscribers, value, unit)` of each line of a result file.
-pub fn read_points(path: &Path) -> std::io::Result<Vec<(usize, f64, String)>> {
+pub type Rows = Vec<(usize, f64, String)>;
+
+/// Reads a result file's rows.
+pub fn read_points(path: &Path) -> std::io::Result<Rows> {
 	let text = std::fs::read_to_string(path)?;
 	Ok(text
 		.lines()
@@ -122,16 +125,15 @@ pub fn read_points(path: &Path) -> std::io::Result<Vec<(usize, f64, String)>> {
 fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 	let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
 	let rest = &line[start..];
-	let end = if rest.starts_with('"') {
-		rest[1..].find('"')? + 2
-	} else {
-		rest.find([',', '}'])?
+	let end = match rest.strip_prefix('"') {
+		Some(quoted) => quoted.find('"')? + 2,
+		None => rest.find([',', '}'])?,
 	};
 	Some(&rest[..end])
 }
 
 /// A side-by-side table of labelled result files; a missing file shows `n/a`.
-pub fn compare(columns: &[(String, std::io::Result<Vec<(usize, f64, String)>>)]) -> String {
+pub fn compare(columns: &[(String, std::io::Result<Rows>)]) -> String {
 	let mut subscribers: Vec<usize> = columns
 		.iter()
 		.filter_map(|(_, c)| c.as_ref().ok())

@@ -142,7 +142,7 @@ fn invariant_5_primitives_wake_outside_their_lock() {
 	let waiter: Waiter = Waiter::new(Waker::from(reenter.clone()));
 	assert!(queue.poll_pop(&waiter).is_pending());
 	let (done_tx, done_rx) = std::sync::mpsc::channel();
-	let pusher = queue.clone();
+	let pusher = queue;
 	std::thread::spawn(move || {
 		pusher.try_push(1).unwrap();
 		pusher.close();

@@ -39,7 +39,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 		json: None,
 	};
 	while let Some(arg) = args.next() {
-		let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+		let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
 		match arg.as_str() {
 			"model" => parsed.harness = arg,
 			"--subscribers" => {
