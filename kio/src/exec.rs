@@ -4,7 +4,7 @@
 //!
 //! A [`Runtime`] has N workers. Worker 0 is the thread that built the runtime (the runtime is
 //! `!Send`, and [`Runtime::block_on`] drives worker 0); workers 1..N are threads of their own.
-//! Each worker owns one io_uring, one task slab, one run queue and one timer heap, and is pinned
+//! Each worker owns one io_uring, one task slab, one run queue and one timer wheel, and is pinned
 //! to one CPU when pinning is on. Tasks are `!Send` and never leave their worker; work reaches
 //! another worker only through `Send` primitives ([`crate::sync`]) and [`spawn_on`].
 //!

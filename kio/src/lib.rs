@@ -9,7 +9,7 @@
 //! - [`sync`]: [`Lock`](sync::Lock), [`Producer`](sync::Producer)/[`Consumer`](sync::Consumer)
 //!   and [`Queue`](sync::Queue), `Send` primitives that cross workers.
 //! - [`exec`]: the [`Runtime`] and its workers, each with a task slab, a run queue with a
-//!   budget, a timer heap and an io_uring; [`spawn`], [`block_on`], [`yield_now`].
+//!   budget, a timer wheel and an io_uring; [`spawn`], [`block_on`], [`yield_now`].
 //! - [`time`]: the loop's clock, [`sleep`](time::sleep) and the re-armable
 //!   [`Deadline`](time::Deadline).
 //! - `uring` (private): ring set-up, the one `io_uring_enter` per loop turn, operations that own
