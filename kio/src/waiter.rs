@@ -425,6 +425,7 @@ impl Drop for Wakes {
 
 /// Drained entry vectors are recycled per thread, so a drain-and-wake cycle allocates nothing
 /// in steady state: the list swaps its full vector for an empty one with capacity.
+#[cfg(not(loom))]
 const SPARE_VECS: usize = 16;
 
 #[cfg(not(loom))]
