@@ -52,6 +52,16 @@ fn a_cancel_storm_leaves_no_ops_buffers_or_fds_behind() {
 		let mut most_orphans = 0;
 		let blaster = std::net::UdpSocket::bind(local()).unwrap();
 		let config = UdpConfig::new().rx_buffers(2).max_payload(64);
+		// A live pair through the whole storm: a cancel that hit the wrong operation (a reused
+		// slot) would end its receive with ECANCELED, or lose a send.
+		let (ping, pong) = (UdpSocket::bind(local()).unwrap(), UdpSocket::bind(local()).unwrap());
+		let mut pings = 0u32;
+		let mut check_live = async || {
+			pings += 1;
+			ping.send_to(&pings.to_le_bytes(), pong.local_addr()).await.unwrap();
+			let train = pong.recv().await.expect("the live receive was never cancelled");
+			assert_eq!(train.payload(), &pings.to_le_bytes());
+		};
 
 		// 2000 multishot receives armed, fed (half of them) and dropped.
 		for wave in 0..40u8 {
@@ -79,6 +89,7 @@ fn a_cancel_storm_leaves_no_ops_buffers_or_fds_behind() {
 				}
 			}
 			drop(sockets);
+			check_live().await;
 			most_orphans = most_orphans.max(kio::io_counters().orphans);
 			// Leases outlive their sockets, then go.
 			drop(held);
@@ -99,6 +110,9 @@ fn a_cancel_storm_leaves_no_ops_buffers_or_fds_behind() {
 				kio::yield_now().await;
 			}
 			drop(send);
+			if i % 100 == 0 {
+				check_live().await;
+			}
 			most_orphans = most_orphans.max(kio::io_counters().orphans);
 		}
 
@@ -124,10 +138,11 @@ fn a_cancel_storm_leaves_no_ops_buffers_or_fds_behind() {
 			}
 			drop(server);
 			drop(clients);
+			check_live().await;
 			most_orphans = most_orphans.max(kio::io_counters().orphans);
 		}
 
-		drop((tx, sink));
+		drop((tx, sink, ping, pong));
 		until("every orphan to reach its terminal completion", || {
 			quiet(kio::io_counters())
 		})

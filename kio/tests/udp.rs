@@ -376,3 +376,37 @@ fn sockets_on_one_port_with_reuse_port() {
 		);
 	});
 }
+
+#[test]
+fn a_full_submission_queue_spills_instead_of_failing() {
+	// An 8-entry submission queue and 200 sends staged in one turn.
+	let rt = Builder::single().ring_entries(8).build().unwrap();
+	rt.block_on(async {
+		let rx = std::rc::Rc::new(UdpSocket::bind_with(v4(), &UdpConfig::new().recv_buffer(1 << 20)).unwrap());
+		let tx = std::rc::Rc::new(UdpSocket::bind(v4()).unwrap());
+		let spilled = kio::io_counters().spilled;
+		let sends: Vec<_> = (0..200)
+			.map(|i| {
+				let (tx, to) = (tx.clone(), rx.local_addr());
+				kio::spawn(async move { tx.send_to(&datagram(i, 64), to).await })
+			})
+			.collect();
+		for send in sends {
+			assert_eq!(send.await.unwrap().unwrap(), 64);
+		}
+		assert!(kio::io_counters().spilled > spilled, "the queue spilled");
+		let mut seen = vec![false; 200];
+		let mut got = 0;
+		while got < 200 {
+			let t = rx.recv().await.unwrap();
+			for d in t.segments() {
+				let i = (0..200)
+					.find(|&i| d == &datagram(i, 64)[..])
+					.expect("an intact datagram");
+				assert!(!seen[i], "datagram {i} twice");
+				seen[i] = true;
+				got += 1;
+			}
+		}
+	});
+}

@@ -1,0 +1,546 @@
+//! UDP: kio's io_uring path against a plain blocking `std::net` loop, on the same traffic, in one
+//! run.
+//!
+//! ```text
+//! cargo bench -p kio --bench udp            # measure, print, write kio/benches/results/udp.{md,json}
+//! cargo bench -p kio --bench udp -- smoke   # tiny run, no numbers (the default when unoptimized)
+//! ```
+//!
+//! Two ends on loopback, each on its own thread pinned to its own CPU: two kio workers (sender on
+//! worker 0, receiver on worker 1) or two std threads. Datagrams carry 1200 bytes (a QUIC-sized
+//! payload).
+//!
+//! - **bulk**: the sender sends `BULK` datagrams; the receiver acknowledges every 256 with the
+//!   cumulative count, and the sender keeps at most 2048 unacknowledged (so neither side
+//!   overruns the 4 MiB receive buffer and nothing is lost: a lost datagram would show as a
+//!   stall, which is counted and printed). std: one `send_to` and one `recv_from` per datagram.
+//!   kio GSO/GRO: 54 datagrams per `sendmsg` (`UDP_SEGMENT`; 54 × 1200 bytes is the most one UDP
+//!   send carries), received as GRO trains. kio no GSO (an ablation): the same trains, sent as 54
+//!   `sendmsg` SQEs staged together.
+//! - **ping-pong**: one datagram out, the echo back, `PINGS` times.
+//!
+//! **CPU time** is `getrusage(RUSAGE_SELF)` user + system time: every thread of this process,
+//! i.e. both ends, including the kernel work of the loopback path that runs in their context
+//! (softirq work handed to `ksoftirqd` would not be counted; at these rates on loopback it runs
+//! inline). Datagrams per CPU-second is datagrams delivered over that time. `io_uring_enter` calls
+//! are kio's per-worker counters, summed over both workers.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket as StdUdp};
+use std::os::fd::AsRawFd;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use kio::net::{Transmit, UdpConfig, UdpSocket};
+use kio::time::Deadline;
+use kio::{Builder, Runtime};
+
+const PAYLOAD: usize = 1200;
+/// Datagrams per GSO train: as many 1200-byte datagrams as one UDP send may carry (65,507 bytes of
+/// payload; 64 × 1200 is refused with `EMSGSIZE`).
+const TRAIN: usize = 54;
+const ACK_EVERY: u64 = 256;
+const WINDOW: u64 = 2048;
+const RCVBUF: usize = 4 << 20;
+/// How long a sender waits for an acknowledgement before counting a stall and going on.
+const STALL: Duration = Duration::from_millis(200);
+const FIN: &[u8] = b"F";
+const REPEATS: usize = 3;
+
+#[derive(Clone, Copy)]
+struct Scale {
+	bulk: u64,
+	pings: u64,
+	repeats: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Measure {
+	name: &'static str,
+	datagrams: u64,
+	wall: Duration,
+	cpu: Duration,
+	/// kio only: `io_uring_enter` calls of both workers.
+	enters: Option<u64>,
+	stalls: u64,
+}
+
+impl Measure {
+	fn per_cpu_second(&self) -> f64 {
+		self.datagrams as f64 / self.cpu.as_secs_f64()
+	}
+
+	fn per_second(&self) -> f64 {
+		self.datagrams as f64 / self.wall.as_secs_f64()
+	}
+
+	fn enters_per_datagram(&self) -> Option<f64> {
+		self.enters.map(|e| e as f64 / self.datagrams as f64)
+	}
+}
+
+/// User + system CPU time of the whole process.
+fn cpu_time() -> Duration {
+	let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+	// SAFETY: getrusage(2) fills the rusage struct it is given.
+	let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+	assert_eq!(rc, 0, "getrusage: {}", io::Error::last_os_error());
+	// SAFETY: initialised by the successful call above.
+	let usage = unsafe { usage.assume_init() };
+	let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+	tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn allowed_cpus() -> Vec<usize> {
+	// SAFETY: an all-zero cpu_set_t is an empty set; sched_getaffinity fills it.
+	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+	// SAFETY: writes at most size_of::<cpu_set_t>() bytes into `set`.
+	let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+	assert_eq!(rc, 0);
+	// SAFETY: CPU_ISSET reads a bit of an initialised set below CPU_SETSIZE.
+	(0..libc::CPU_SETSIZE as usize)
+		.filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+		.collect()
+}
+
+fn pin(cpus: &[usize]) {
+	// SAFETY: as in `allowed_cpus`.
+	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+	for &cpu in cpus {
+		// SAFETY: sets a bit of a local set; `cpu` comes from `allowed_cpus`.
+		unsafe { libc::CPU_SET(cpu, &mut set) };
+	}
+	// SAFETY: reads size_of::<cpu_set_t>() bytes from a live local.
+	let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+	assert_eq!(rc, 0);
+}
+
+/// The CPU of end `i` (0 or 1), as kio pins its workers: the i-th allowed CPU, wrapping.
+fn cpu_of(cpus: &[usize], i: usize) -> usize {
+	cpus[i % cpus.len()]
+}
+
+fn std_socket() -> StdUdp {
+	let socket = StdUdp::bind("127.0.0.1:0").unwrap();
+	let bytes = RCVBUF as libc::c_int;
+	for opt in [33 /* SO_RCVBUFFORCE */, libc::SO_RCVBUF] {
+		// SAFETY: setsockopt(2) reads an int from a live local.
+		let rc = unsafe {
+			libc::setsockopt(
+				socket.as_raw_fd(),
+				libc::SOL_SOCKET,
+				opt,
+				(&raw const bytes).cast(),
+				size_of::<libc::c_int>() as libc::socklen_t,
+			)
+		};
+		if rc == 0 {
+			break;
+		}
+	}
+	socket
+}
+
+// ---- std::net ----
+
+fn std_bulk(n: u64, cpus: &[usize]) -> Measure {
+	let rx = std_socket();
+	let tx = std_socket();
+	tx.set_read_timeout(Some(STALL)).unwrap();
+	let to = rx.local_addr().unwrap();
+	let rx_cpu = cpu_of(cpus, 1);
+	pin(&[cpu_of(cpus, 0)]);
+	let payload = vec![0xA5u8; PAYLOAD];
+	let (start, cpu0) = (Instant::now(), cpu_time());
+	let receiver = std::thread::spawn(move || {
+		pin(&[rx_cpu]);
+		let mut buf = vec![0u8; 2048];
+		let mut count = 0u64;
+		loop {
+			let (len, from) = rx.recv_from(&mut buf).unwrap();
+			if len == FIN.len() {
+				return count;
+			}
+			count += 1;
+			if count.is_multiple_of(ACK_EVERY) {
+				rx.send_to(&count.to_le_bytes(), from).unwrap();
+			}
+		}
+	});
+	let (mut sent, mut acked, mut stalls) = (0u64, 0u64, 0u64);
+	let mut ack = [0u8; 8];
+	while sent < n {
+		while sent - acked >= WINDOW {
+			match tx.recv(&mut ack) {
+				Ok(8) => acked = acked.max(u64::from_le_bytes(ack)),
+				Ok(_) => {}
+				Err(_) => {
+					stalls += 1;
+					acked = sent;
+				}
+			}
+		}
+		tx.send_to(&payload, to).unwrap();
+		sent += 1;
+	}
+	tx.send_to(FIN, to).unwrap();
+	let datagrams = receiver.join().unwrap();
+	let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
+	pin(cpus);
+	Measure {
+		name: "std bulk",
+		datagrams,
+		wall,
+		cpu,
+		enters: None,
+		stalls,
+	}
+}
+
+fn std_ping_pong(n: u64, cpus: &[usize]) -> Measure {
+	let server = std_socket();
+	let client = std_socket();
+	let to = server.local_addr().unwrap();
+	let server_cpu = cpu_of(cpus, 1);
+	pin(&[cpu_of(cpus, 0)]);
+	let (start, cpu0) = (Instant::now(), cpu_time());
+	let echo = std::thread::spawn(move || {
+		pin(&[server_cpu]);
+		let mut buf = vec![0u8; 2048];
+		loop {
+			let (len, from) = server.recv_from(&mut buf).unwrap();
+			if len == FIN.len() {
+				return;
+			}
+			server.send_to(&buf[..len], from).unwrap();
+		}
+	});
+	let payload = vec![0x5Au8; PAYLOAD];
+	let mut buf = vec![0u8; 2048];
+	for _ in 0..n {
+		client.send_to(&payload, to).unwrap();
+		let len = client.recv(&mut buf).unwrap();
+		assert_eq!(len, PAYLOAD);
+	}
+	client.send_to(FIN, to).unwrap();
+	echo.join().unwrap();
+	let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
+	pin(cpus);
+	Measure {
+		name: "std ping-pong",
+		datagrams: 2 * n,
+		wall,
+		cpu,
+		enters: None,
+		stalls: 0,
+	}
+}
+
+// ---- kio ----
+
+fn runtime() -> Runtime {
+	Builder::new().workers(2).pin(true).build().expect("kio runtime")
+}
+
+fn local() -> SocketAddr {
+	"127.0.0.1:0".parse().unwrap()
+}
+
+fn config() -> UdpConfig {
+	UdpConfig::new()
+		.recv_buffer(RCVBUF)
+		.send_buffer(RCVBUF)
+		.rx_buffers(64)
+		.max_payload(PAYLOAD)
+}
+
+/// Waits until worker 1 is parked, so the counters it publishes at the end of each turn are
+/// those of its last turn.
+async fn settle(rt: &Runtime) {
+	let monitor = rt.monitor(1).unwrap();
+	let deadline = kio::time::now() + Duration::from_secs(5);
+	while !monitor.is_parked() && kio::time::now() < deadline {
+		kio::yield_now().await;
+	}
+}
+
+fn enters(rt: &Runtime) -> u64 {
+	kio::stats().ring.enters + rt.stats(1).ring.enters
+}
+
+/// The next acknowledgement, or `None` after `STALL`.
+async fn ack(tx: &UdpSocket) -> Option<u64> {
+	let mut deadline = Deadline::new(Some(kio::time::now() + STALL));
+	kio::wait(|w| {
+		if let Poll::Ready(train) = tx.poll_recv(w) {
+			let train = train.unwrap();
+			let count = train
+				.segments()
+				.filter_map(|d| d.try_into().ok())
+				.map(u64::from_le_bytes)
+				.max();
+			return Poll::Ready(count);
+		}
+		deadline.poll_elapsed(w).map(|()| None)
+	})
+	.await
+}
+
+fn kio_bulk(n: u64, gso: bool) -> Measure {
+	let rt = runtime();
+	let addr = kio::sync::Queue::bounded(1);
+	let addr_tx = addr.clone();
+	let receiver = rt.spawn_on(1, move || async move {
+		let rx = UdpSocket::bind_with(local(), &config()).unwrap();
+		addr_tx.try_push(rx.local_addr()).unwrap();
+		let mut count = 0u64;
+		let mut next_ack = ACK_EVERY;
+		loop {
+			let train = rx.recv().await.unwrap();
+			if train.payload() == FIN {
+				return count;
+			}
+			count += train.datagrams() as u64;
+			if count >= next_ack {
+				rx.send_to(&count.to_le_bytes(), train.peer()).await.unwrap();
+				next_ack = (count / ACK_EVERY + 1) * ACK_EVERY;
+			}
+		}
+	});
+	let measure = rt.block_on(async {
+		let to = addr.pop().await.unwrap();
+		let tx = UdpSocket::bind_with(local(), &config()).unwrap();
+		tx.set_gso_enabled(gso);
+		let payload = vec![0xA5u8; PAYLOAD * TRAIN];
+		settle(&rt).await;
+		let (start, cpu0, enters0) = (Instant::now(), cpu_time(), enters(&rt));
+		let (mut sent, mut acked, mut stalls) = (0u64, 0u64, 0u64);
+		while sent < n {
+			while sent - acked >= WINDOW {
+				match ack(&tx).await {
+					Some(count) => acked = acked.max(count),
+					None => {
+						stalls += 1;
+						acked = sent;
+					}
+				}
+			}
+			let k = (n - sent).min(TRAIN as u64) as usize;
+			let t = Transmit::new(to, &payload[..k * PAYLOAD]).segments(PAYLOAD);
+			tx.send(&t).await.unwrap();
+			sent += k as u64;
+		}
+		tx.send_to(FIN, to).await.unwrap();
+		let datagrams = receiver.await.unwrap();
+		let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
+		settle(&rt).await;
+		Measure {
+			name: if gso { "kio bulk, GSO/GRO" } else { "kio bulk, no GSO" },
+			datagrams,
+			wall,
+			cpu,
+			enters: Some(enters(&rt) - enters0),
+			stalls,
+		}
+	});
+	drop(rt);
+	measure
+}
+
+fn kio_ping_pong(n: u64) -> Measure {
+	let rt = runtime();
+	let addr = kio::sync::Queue::bounded(1);
+	let addr_tx = addr.clone();
+	let server = rt.spawn_on(1, move || async move {
+		let socket = UdpSocket::bind_with(local(), &config()).unwrap();
+		addr_tx.try_push(socket.local_addr()).unwrap();
+		loop {
+			let train = socket.recv().await.unwrap();
+			if train.payload() == FIN {
+				return;
+			}
+			for datagram in train.segments() {
+				socket.send_to(datagram, train.peer()).await.unwrap();
+			}
+		}
+	});
+	let measure = rt.block_on(async {
+		let to = addr.pop().await.unwrap();
+		let client = UdpSocket::bind_with(local(), &config()).unwrap();
+		let payload = vec![0x5Au8; PAYLOAD];
+		settle(&rt).await;
+		let (start, cpu0, enters0) = (Instant::now(), cpu_time(), enters(&rt));
+		for _ in 0..n {
+			client.send_to(&payload, to).await.unwrap();
+			let train = client.recv().await.unwrap();
+			assert_eq!(train.payload().len(), PAYLOAD);
+		}
+		client.send_to(FIN, to).await.unwrap();
+		server.await.unwrap();
+		let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
+		settle(&rt).await;
+		Measure {
+			name: "kio ping-pong",
+			datagrams: 2 * n,
+			wall,
+			cpu,
+			enters: Some(enters(&rt) - enters0),
+			stalls: 0,
+		}
+	});
+	drop(rt);
+	measure
+}
+
+/// The repeat with the median datagrams per CPU-second.
+fn median(mut runs: Vec<Measure>) -> Measure {
+	runs.sort_by(|a, b| a.per_cpu_second().total_cmp(&b.per_cpu_second()));
+	runs.swap_remove(runs.len() / 2)
+}
+
+fn machine() -> String {
+	let cpu = std::fs::read_to_string("/proc/cpuinfo")
+		.ok()
+		.and_then(|s| {
+			s.lines()
+				.find(|l| l.starts_with("model name"))
+				.and_then(|l| l.split(':').nth(1))
+				.map(|m| m.trim().to_owned())
+		})
+		.unwrap_or_else(|| "unknown CPU".into());
+	let kernel =
+		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
+	let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+	format!("{cpu}, {cpus} CPUs, Linux {kernel}")
+}
+
+fn table(rows: &[Measure]) -> String {
+	let mut out = String::from(
+		"| scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls |\n\
+		 |---|---:|---:|---:|---:|---:|---:|---:|\n",
+	);
+	for m in rows {
+		out += &format!(
+			"| {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} |\n",
+			m.name,
+			m.datagrams,
+			m.wall.as_secs_f64(),
+			m.cpu.as_secs_f64(),
+			m.per_cpu_second(),
+			m.per_second(),
+			m.enters_per_datagram()
+				.map_or_else(|| "n/a (no ring)".into(), |e| format!("{e:.4}")),
+			m.stalls,
+		);
+	}
+	out
+}
+
+fn json(rows: &[Measure], ratios: &[(&str, f64)], machine: &str, scale: Scale) -> String {
+	let mut out = String::from("{\n");
+	out += "  \"benchmark\": \"udp\",\n";
+	out += &format!("  \"machine\": \"{machine}\",\n");
+	out += "  \"cpu_time_source\": \"getrusage(RUSAGE_SELF) user+system, all threads (both ends)\",\n";
+	out += &format!(
+		"  \"payload_bytes\": {PAYLOAD},\n  \"train_datagrams\": {TRAIN},\n  \"bulk_datagrams\": {},\n  \"ping_pong_round_trips\": {},\n  \"repeats\": {},\n",
+		scale.bulk, scale.pings, scale.repeats
+	);
+	out += "  \"results\": [\n";
+	for (i, m) in rows.iter().enumerate() {
+		out += &format!(
+			"    {{\"scenario\": \"{}\", \"datagrams\": {}, \"wall_s\": {:.6}, \"cpu_s\": {:.6}, \"datagrams_per_cpu_second\": {:.1}, \"datagrams_per_second\": {:.1}, \"io_uring_enter_per_datagram\": {}, \"stalls\": {}}}{}\n",
+			m.name,
+			m.datagrams,
+			m.wall.as_secs_f64(),
+			m.cpu.as_secs_f64(),
+			m.per_cpu_second(),
+			m.per_second(),
+			m.enters_per_datagram()
+				.map_or_else(|| "null".into(), |e| format!("{e:.6}")),
+			m.stalls,
+			if i + 1 < rows.len() { "," } else { "" }
+		);
+	}
+	out += "  ],\n  \"ratios_kio_over_std_datagrams_per_cpu_second\": {";
+	out += &ratios
+		.iter()
+		.map(|(k, v)| format!("\"{k}\": {v:.3}"))
+		.collect::<Vec<_>>()
+		.join(", ");
+	out += "}\n}\n";
+	out
+}
+
+fn main() {
+	let args: Vec<String> = std::env::args().skip(1).collect();
+	// `cargo test --all-targets` runs this unoptimized: a smoke run, no numbers.
+	let smoke = args.iter().any(|a| a == "smoke") || cfg!(debug_assertions);
+	let scale = if smoke {
+		Scale {
+			bulk: 3000,
+			pings: 100,
+			repeats: 1,
+		}
+	} else {
+		Scale {
+			bulk: 500_000,
+			pings: 25_000,
+			repeats: REPEATS,
+		}
+	};
+	let cpus = allowed_cpus();
+	let mut rows = Vec::new();
+	let runs = |f: &dyn Fn() -> Measure| median((0..scale.repeats).map(|_| f()).collect());
+	rows.push(runs(&|| std_bulk(scale.bulk, &cpus)));
+	rows.push(runs(&|| kio_bulk(scale.bulk, true)));
+	rows.push(runs(&|| kio_bulk(scale.bulk, false)));
+	rows.push(runs(&|| std_ping_pong(scale.pings, &cpus)));
+	rows.push(runs(&|| kio_ping_pong(scale.pings)));
+	for m in &rows {
+		assert!(m.datagrams > 0, "{} delivered nothing", m.name);
+	}
+	if smoke {
+		println!("udp bench smoke run: ok ({} scenarios)", rows.len());
+		return;
+	}
+	let ratio = |a: usize, b: usize| rows[a].per_cpu_second() / rows[b].per_cpu_second();
+	let ratios = [
+		("bulk GSO/GRO", ratio(1, 0)),
+		("bulk no GSO", ratio(2, 0)),
+		("ping-pong", ratio(4, 3)),
+	];
+	let machine = machine();
+	let table = table(&rows);
+	let bulk_enters = rows[1].enters_per_datagram().unwrap();
+	let mut summary = String::new();
+	for (name, r) in &ratios {
+		summary += &format!("- {name}: kio / std = **{r:.2}x** datagrams per CPU-second\n");
+	}
+	summary += &format!(
+		"- kio bulk with GSO/GRO: **{bulk_enters:.4} io_uring_enter calls per datagram** (target < 0.05: {})\n",
+		if bulk_enters < 0.05 { "met" } else { "NOT met" }
+	);
+	println!("UDP over loopback, {PAYLOAD}-byte datagrams; {machine}");
+	println!("CPU time: getrusage(RUSAGE_SELF) user+system, all threads (both ends)\n");
+	println!("{table}");
+	println!("{summary}");
+	let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
+	std::fs::create_dir_all(&dir).unwrap();
+	let md = format!(
+		"# UDP: kio (io_uring) against blocking std::net\n\n\
+		 Measured by `cargo bench -p kio --bench udp` (`kio/benches/udp.rs`; its module docs describe the \
+		 traffic). Loopback, {PAYLOAD}-byte datagrams, two ends pinned to two CPUs (two kio workers, or two std \
+		 threads), median of {} runs by datagrams per CPU-second.\n\n\
+		 - Machine: {machine}\n\
+		 - CPU time: `getrusage(RUSAGE_SELF)` user + system time of the whole process (both ends, and the \
+		 loopback path's kernel work that runs in their context)\n\
+		 - Bulk: {} datagrams, acknowledged every {ACK_EVERY}, at most {WINDOW} in flight; kio sends trains of \
+		 {TRAIN}\n\
+		 - Ping-pong: {} round trips (2 datagrams each)\n\n\
+		 {table}\n{summary}",
+		scale.repeats, scale.bulk, scale.pings
+	);
+	std::fs::write(dir.join("udp.md"), md).unwrap();
+	std::fs::write(dir.join("udp.json"), json(&rows, &ratios, &machine, scale)).unwrap();
+	println!("wrote {}", dir.join("udp.md").display());
+}
