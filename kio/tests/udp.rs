@@ -395,7 +395,7 @@ fn a_full_submission_queue_spills_instead_of_failing() {
 			assert_eq!(send.await.unwrap().unwrap(), 64);
 		}
 		assert!(kio::io_counters().spilled > spilled, "the queue spilled");
-		let mut seen = vec![false; 200];
+		let mut seen = [false; 200];
 		let mut got = 0;
 		while got < 200 {
 			let t = rx.recv().await.unwrap();

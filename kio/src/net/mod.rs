@@ -11,8 +11,8 @@
 //! ([`Send`]) because the send owns its copy of the payload and may turn into several operations
 //! (the GSO fallback); dropping it cancels what is still in flight.
 
-mod tcp;
-mod udp;
+pub mod tcp;
+pub mod udp;
 
 pub use tcp::{TcpListener, TcpStream};
 pub use udp::{Ecn, MAX_GSO_SEGMENTS, RecvTrain, Segments, Send, Transmit, UdpConfig, UdpSocket, UdpStats};
