@@ -6,8 +6,10 @@
 //! cargo bench -p kio --bench udp -- smoke   # tiny run, no numbers (the default when unoptimized)
 //! ```
 //!
-//! Two ends on loopback, each on its own thread pinned to its own CPU: two kio workers (sender on
-//! worker 0, receiver on worker 1) or two std threads. Datagrams carry 1200 bytes (a QUIC-sized
+//! Two ends on loopback, in two **placements**: each end pinned to its own CPU (two kio workers,
+//! sender on worker 0 and receiver on worker 1; or two std threads), and both ends pinned to one
+//! CPU (one kio worker running both tasks, the thread-per-core layout; or two std threads). The
+//! std sockets get the same 4 MiB buffers as kio's. Datagrams carry 1200 bytes (a QUIC-sized
 //! payload).
 //!
 //! - **bulk**: the sender sends `BULK` datagrams; the receiver acknowledges every 256 with the
@@ -19,15 +21,15 @@
 //!   `sendmsg` SQEs staged together.
 //! - **ping-pong**: one datagram out, the echo back, `PINGS` times.
 //!
-//! **CPU time** is `getrusage(RUSAGE_SELF)` user + system time: every thread of this process,
-//! i.e. both ends, including the kernel work of the loopback path that runs in their context
-//! (softirq work handed to `ksoftirqd` would not be counted; at these rates on loopback it runs
-//! inline). Datagrams per CPU-second is datagrams delivered over that time. `io_uring_enter` calls
+//! **CPU time** is `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` ([`kio::process_cpu_time`]): user +
+//! system time of every thread of this process, i.e. both ends, including the kernel work of the
+//! loopback path that runs in their context (softirq work handed to `ksoftirqd` would not be
+//! counted; at these rates on loopback it runs inline). Datagrams per CPU-second is datagrams delivered over that time. `io_uring_enter` calls
 //! are kio's per-worker counters, summed over both workers.
 
-use std::io;
+#![forbid(unsafe_code)]
+
 use std::net::{SocketAddr, UdpSocket as StdUdp};
-use std::os::fd::AsRawFd;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -57,6 +59,7 @@ struct Scale {
 #[derive(Clone, Debug)]
 struct Measure {
 	name: &'static str,
+	placement: Placement,
 	datagrams: u64,
 	wall: Duration,
 	cpu: Duration,
@@ -79,81 +82,54 @@ impl Measure {
 	}
 }
 
-/// User + system CPU time of the whole process.
+/// User + system CPU time of the whole process, every thread (living or exited).
 fn cpu_time() -> Duration {
-	let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-	// SAFETY: getrusage(2) fills the rusage struct it is given.
-	let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
-	assert_eq!(rc, 0, "getrusage: {}", io::Error::last_os_error());
-	// SAFETY: initialised by the successful call above.
-	let usage = unsafe { usage.assume_init() };
-	let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-	tv(usage.ru_utime) + tv(usage.ru_stime)
+	kio::process_cpu_time().expect("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)")
 }
 
-fn allowed_cpus() -> Vec<usize> {
-	// SAFETY: an all-zero cpu_set_t is an empty set; sched_getaffinity fills it.
-	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-	// SAFETY: writes at most size_of::<cpu_set_t>() bytes into `set`.
-	let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-	assert_eq!(rc, 0);
-	// SAFETY: CPU_ISSET reads a bit of an initialised set below CPU_SETSIZE.
-	(0..libc::CPU_SETSIZE as usize)
-		.filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-		.collect()
-}
-
-fn pin(cpus: &[usize]) {
-	// SAFETY: as in `allowed_cpus`.
-	let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-	for &cpu in cpus {
-		// SAFETY: sets a bit of a local set; `cpu` comes from `allowed_cpus`.
-		unsafe { libc::CPU_SET(cpu, &mut set) };
-	}
-	// SAFETY: reads size_of::<cpu_set_t>() bytes from a live local.
-	let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-	assert_eq!(rc, 0);
-}
-
-/// The CPU of end `i` (0 or 1), as kio pins its workers: the i-th allowed CPU, wrapping.
-fn cpu_of(cpus: &[usize], i: usize) -> usize {
-	cpus[i % cpus.len()]
-}
-
+/// A blocking std socket with a 4 MiB receive buffer (std cannot size it; kio sets it up, with
+/// GRO off, and hands the fd over).
 fn std_socket() -> StdUdp {
-	let socket = StdUdp::bind("127.0.0.1:0").unwrap();
-	let bytes = RCVBUF as libc::c_int;
-	for opt in [33 /* SO_RCVBUFFORCE */, libc::SO_RCVBUF] {
-		// SAFETY: setsockopt(2) reads an int from a live local.
-		let rc = unsafe {
-			libc::setsockopt(
-				socket.as_raw_fd(),
-				libc::SOL_SOCKET,
-				opt,
-				(&raw const bytes).cast(),
-				size_of::<libc::c_int>() as libc::socklen_t,
-			)
-		};
-		if rc == 0 {
-			break;
+	let config = UdpConfig::new().gro(false).recv_buffer(RCVBUF).send_buffer(RCVBUF);
+	let socket = UdpSocket::bind_with(local(), &config).unwrap();
+	socket.into_std().unwrap()
+}
+
+/// Where the two ends run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Placement {
+	/// Each end pinned to its own CPU: two kio workers, or two std threads.
+	Spread,
+	/// Both ends pinned to one CPU: one kio worker running both tasks, or two std threads.
+	Shared,
+}
+
+impl Placement {
+	fn cpu_of(self, end: usize) -> usize {
+		match self {
+			Self::Spread => end,
+			Self::Shared => 0,
 		}
 	}
-	socket
+
+	fn label(self) -> &'static str {
+		match self {
+			Self::Spread => "ends on 2 CPUs",
+			Self::Shared => "ends on 1 CPU",
+		}
+	}
 }
 
 // ---- std::net ----
 
-fn std_bulk(n: u64, cpus: &[usize]) -> Measure {
+fn std_bulk(n: u64, placement: Placement) -> Measure {
 	let rx = std_socket();
 	let tx = std_socket();
 	tx.set_read_timeout(Some(STALL)).unwrap();
 	let to = rx.local_addr().unwrap();
-	let rx_cpu = cpu_of(cpus, 1);
-	pin(&[cpu_of(cpus, 0)]);
-	let payload = vec![0xA5u8; PAYLOAD];
 	let (start, cpu0) = (Instant::now(), cpu_time());
 	let receiver = std::thread::spawn(move || {
-		pin(&[rx_cpu]);
+		kio::pin_current_thread(placement.cpu_of(1)).unwrap();
 		let mut buf = vec![0u8; 2048];
 		let mut count = 0u64;
 		loop {
@@ -167,45 +143,48 @@ fn std_bulk(n: u64, cpus: &[usize]) -> Measure {
 			}
 		}
 	});
-	let (mut sent, mut acked, mut stalls) = (0u64, 0u64, 0u64);
-	let mut ack = [0u8; 8];
-	while sent < n {
-		while sent - acked >= WINDOW {
-			match tx.recv(&mut ack) {
-				Ok(8) => acked = acked.max(u64::from_le_bytes(ack)),
-				Ok(_) => {}
-				Err(_) => {
-					stalls += 1;
-					acked = sent;
+	let sender = std::thread::spawn(move || {
+		kio::pin_current_thread(placement.cpu_of(0)).unwrap();
+		let payload = vec![0xA5u8; PAYLOAD];
+		let (mut sent, mut acked, mut stalls) = (0u64, 0u64, 0u64);
+		let mut ack = [0u8; 8];
+		while sent < n {
+			while sent - acked >= WINDOW {
+				match tx.recv(&mut ack) {
+					Ok(8) => acked = acked.max(u64::from_le_bytes(ack)),
+					Ok(_) => {}
+					Err(_) => {
+						stalls += 1;
+						acked = sent;
+					}
 				}
 			}
+			tx.send_to(&payload, to).unwrap();
+			sent += 1;
 		}
-		tx.send_to(&payload, to).unwrap();
-		sent += 1;
-	}
-	tx.send_to(FIN, to).unwrap();
+		tx.send_to(FIN, to).unwrap();
+		stalls
+	});
+	let stalls = sender.join().unwrap();
 	let datagrams = receiver.join().unwrap();
-	let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
-	pin(cpus);
 	Measure {
 		name: "std bulk",
+		placement,
 		datagrams,
-		wall,
-		cpu,
+		wall: start.elapsed(),
+		cpu: cpu_time() - cpu0,
 		enters: None,
 		stalls,
 	}
 }
 
-fn std_ping_pong(n: u64, cpus: &[usize]) -> Measure {
+fn std_ping_pong(n: u64, placement: Placement) -> Measure {
 	let server = std_socket();
 	let client = std_socket();
 	let to = server.local_addr().unwrap();
-	let server_cpu = cpu_of(cpus, 1);
-	pin(&[cpu_of(cpus, 0)]);
 	let (start, cpu0) = (Instant::now(), cpu_time());
 	let echo = std::thread::spawn(move || {
-		pin(&[server_cpu]);
+		kio::pin_current_thread(placement.cpu_of(1)).unwrap();
 		let mut buf = vec![0u8; 2048];
 		loop {
 			let (len, from) = server.recv_from(&mut buf).unwrap();
@@ -215,22 +194,25 @@ fn std_ping_pong(n: u64, cpus: &[usize]) -> Measure {
 			server.send_to(&buf[..len], from).unwrap();
 		}
 	});
-	let payload = vec![0x5Au8; PAYLOAD];
-	let mut buf = vec![0u8; 2048];
-	for _ in 0..n {
-		client.send_to(&payload, to).unwrap();
-		let len = client.recv(&mut buf).unwrap();
-		assert_eq!(len, PAYLOAD);
-	}
-	client.send_to(FIN, to).unwrap();
+	let pinger = std::thread::spawn(move || {
+		kio::pin_current_thread(placement.cpu_of(0)).unwrap();
+		let payload = vec![0x5Au8; PAYLOAD];
+		let mut buf = vec![0u8; 2048];
+		for _ in 0..n {
+			client.send_to(&payload, to).unwrap();
+			let len = client.recv(&mut buf).unwrap();
+			assert_eq!(len, PAYLOAD);
+		}
+		client.send_to(FIN, to).unwrap();
+	});
+	pinger.join().unwrap();
 	echo.join().unwrap();
-	let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
-	pin(cpus);
 	Measure {
 		name: "std ping-pong",
+		placement,
 		datagrams: 2 * n,
-		wall,
-		cpu,
+		wall: start.elapsed(),
+		cpu: cpu_time() - cpu0,
 		enters: None,
 		stalls: 0,
 	}
@@ -238,8 +220,14 @@ fn std_ping_pong(n: u64, cpus: &[usize]) -> Measure {
 
 // ---- kio ----
 
-fn runtime() -> Runtime {
-	Builder::new().workers(2).pin(true).build().expect("kio runtime")
+/// Spread: two pinned workers, the second end on worker 1. Shared: one pinned worker for both.
+fn runtime(placement: Placement) -> (Runtime, usize) {
+	let (workers, far) = match placement {
+		Placement::Spread => (2, 1),
+		Placement::Shared => (1, 0),
+	};
+	let rt = Builder::new().workers(workers).pin(true).build().expect("kio runtime");
+	(rt, far)
 }
 
 fn local() -> SocketAddr {
@@ -254,18 +242,21 @@ fn config() -> UdpConfig {
 		.max_payload(PAYLOAD)
 }
 
-/// Waits until worker 1 is parked, so the counters it publishes at the end of each turn are
-/// those of its last turn.
+/// Waits until every other worker is parked, so the counters each publishes at the end of a
+/// turn are those of its last turn.
 async fn settle(rt: &Runtime) {
-	let monitor = rt.monitor(1).unwrap();
 	let deadline = kio::time::now() + Duration::from_secs(5);
-	while !monitor.is_parked() && kio::time::now() < deadline {
-		kio::yield_now().await;
+	for index in 1..rt.workers() {
+		let monitor = rt.monitor(index).unwrap();
+		while !monitor.is_parked() && kio::time::now() < deadline {
+			kio::yield_now().await;
+		}
 	}
 }
 
+/// `io_uring_enter` calls of every worker so far.
 fn enters(rt: &Runtime) -> u64 {
-	kio::stats().ring.enters + rt.stats(1).ring.enters
+	kio::stats().ring.enters + (1..rt.workers()).map(|i| rt.stats(i).ring.enters).sum::<u64>()
 }
 
 /// The next acknowledgement, or `None` after `STALL`.
@@ -286,11 +277,11 @@ async fn ack(tx: &UdpSocket) -> Option<u64> {
 	.await
 }
 
-fn kio_bulk(n: u64, gso: bool) -> Measure {
-	let rt = runtime();
+fn kio_bulk(n: u64, gso: bool, placement: Placement) -> Measure {
+	let (rt, far) = runtime(placement);
 	let addr = kio::sync::Queue::bounded(1);
 	let addr_tx = addr.clone();
-	let receiver = rt.spawn_on(1, move || async move {
+	let receiver = rt.spawn_on(far, move || async move {
 		let rx = UdpSocket::bind_with(local(), &config()).unwrap();
 		addr_tx.try_push(rx.local_addr()).unwrap();
 		let mut count = 0u64;
@@ -336,6 +327,7 @@ fn kio_bulk(n: u64, gso: bool) -> Measure {
 		settle(&rt).await;
 		Measure {
 			name: if gso { "kio bulk, GSO/GRO" } else { "kio bulk, no GSO" },
+			placement,
 			datagrams,
 			wall,
 			cpu,
@@ -347,11 +339,11 @@ fn kio_bulk(n: u64, gso: bool) -> Measure {
 	measure
 }
 
-fn kio_ping_pong(n: u64) -> Measure {
-	let rt = runtime();
+fn kio_ping_pong(n: u64, placement: Placement) -> Measure {
+	let (rt, far) = runtime(placement);
 	let addr = kio::sync::Queue::bounded(1);
 	let addr_tx = addr.clone();
-	let server = rt.spawn_on(1, move || async move {
+	let server = rt.spawn_on(far, move || async move {
 		let socket = UdpSocket::bind_with(local(), &config()).unwrap();
 		addr_tx.try_push(socket.local_addr()).unwrap();
 		loop {
@@ -381,6 +373,7 @@ fn kio_ping_pong(n: u64) -> Measure {
 		settle(&rt).await;
 		Measure {
 			name: "kio ping-pong",
+			placement,
 			datagrams: 2 * n,
 			wall,
 			cpu,
@@ -416,12 +409,13 @@ fn machine() -> String {
 
 fn table(rows: &[Measure]) -> String {
 	let mut out = String::from(
-		"| scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls |\n\
-		 |---|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| placement | scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls |\n\
+		 |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
 	);
 	for m in rows {
 		out += &format!(
-			"| {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} |\n",
+			"| {} | {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} |\n",
+			m.placement.label(),
 			m.name,
 			m.datagrams,
 			m.wall.as_secs_f64(),
@@ -436,11 +430,11 @@ fn table(rows: &[Measure]) -> String {
 	out
 }
 
-fn json(rows: &[Measure], ratios: &[(&str, f64)], machine: &str, scale: Scale) -> String {
+fn json(rows: &[Measure], ratios: &[Ratio], machine: &str, scale: Scale) -> String {
 	let mut out = String::from("{\n");
 	out += "  \"benchmark\": \"udp\",\n";
 	out += &format!("  \"machine\": \"{machine}\",\n");
-	out += "  \"cpu_time_source\": \"getrusage(RUSAGE_SELF) user+system, all threads (both ends)\",\n";
+	out += "  \"cpu_time_source\": \"clock_gettime(CLOCK_PROCESS_CPUTIME_ID) user+system, all threads (both ends)\",\n";
 	out += &format!(
 		"  \"payload_bytes\": {PAYLOAD},\n  \"train_datagrams\": {TRAIN},\n  \"bulk_datagrams\": {},\n  \"ping_pong_round_trips\": {},\n  \"repeats\": {},\n",
 		scale.bulk, scale.pings, scale.repeats
@@ -448,7 +442,8 @@ fn json(rows: &[Measure], ratios: &[(&str, f64)], machine: &str, scale: Scale) -
 	out += "  \"results\": [\n";
 	for (i, m) in rows.iter().enumerate() {
 		out += &format!(
-			"    {{\"scenario\": \"{}\", \"datagrams\": {}, \"wall_s\": {:.6}, \"cpu_s\": {:.6}, \"datagrams_per_cpu_second\": {:.1}, \"datagrams_per_second\": {:.1}, \"io_uring_enter_per_datagram\": {}, \"stalls\": {}}}{}\n",
+			"    {{\"placement\": \"{}\", \"scenario\": \"{}\", \"datagrams\": {}, \"wall_s\": {:.6}, \"cpu_s\": {:.6}, \"datagrams_per_cpu_second\": {:.1}, \"datagrams_per_second\": {:.1}, \"io_uring_enter_per_datagram\": {}, \"stalls\": {}}}{}\n",
+			m.placement.label(),
 			m.name,
 			m.datagrams,
 			m.wall.as_secs_f64(),
@@ -461,14 +456,24 @@ fn json(rows: &[Measure], ratios: &[(&str, f64)], machine: &str, scale: Scale) -
 			if i + 1 < rows.len() { "," } else { "" }
 		);
 	}
-	out += "  ],\n  \"ratios_kio_over_std_datagrams_per_cpu_second\": {";
-	out += &ratios
-		.iter()
-		.map(|(k, v)| format!("\"{k}\": {v:.3}"))
-		.collect::<Vec<_>>()
-		.join(", ");
-	out += "}\n}\n";
+	out += "  ],\n  \"ratios_kio_over_std_datagrams_per_cpu_second\": [\n";
+	for (i, r) in ratios.iter().enumerate() {
+		out += &format!(
+			"    {{\"placement\": \"{}\", \"traffic\": \"{}\", \"ratio\": {:.3}}}{}\n",
+			r.placement.label(),
+			r.traffic,
+			r.ratio,
+			if i + 1 < ratios.len() { "," } else { "" }
+		);
+	}
+	out += "  ]\n}\n";
 	out
+}
+
+struct Ratio {
+	placement: Placement,
+	traffic: &'static str,
+	ratio: f64,
 }
 
 fn main() {
@@ -488,14 +493,28 @@ fn main() {
 			repeats: REPEATS,
 		}
 	};
-	let cpus = allowed_cpus();
-	let mut rows = Vec::new();
 	let runs = |f: &dyn Fn() -> Measure| median((0..scale.repeats).map(|_| f()).collect());
-	rows.push(runs(&|| std_bulk(scale.bulk, &cpus)));
-	rows.push(runs(&|| kio_bulk(scale.bulk, true)));
-	rows.push(runs(&|| kio_bulk(scale.bulk, false)));
-	rows.push(runs(&|| std_ping_pong(scale.pings, &cpus)));
-	rows.push(runs(&|| kio_ping_pong(scale.pings)));
+	let mut rows = Vec::new();
+	let mut ratios = Vec::new();
+	for placement in [Placement::Spread, Placement::Shared] {
+		let std_bulk = runs(&|| std_bulk(scale.bulk, placement));
+		let gso = runs(&|| kio_bulk(scale.bulk, true, placement));
+		let no_gso = runs(&|| kio_bulk(scale.bulk, false, placement));
+		let std_pp = runs(&|| std_ping_pong(scale.pings, placement));
+		let kio_pp = runs(&|| kio_ping_pong(scale.pings, placement));
+		for (traffic, kio, std) in [
+			("bulk, GSO/GRO", &gso, &std_bulk),
+			("bulk, no GSO", &no_gso, &std_bulk),
+			("ping-pong", &kio_pp, &std_pp),
+		] {
+			ratios.push(Ratio {
+				placement,
+				traffic,
+				ratio: kio.per_cpu_second() / std.per_cpu_second(),
+			});
+		}
+		rows.extend([std_bulk, gso, no_gso, std_pp, kio_pp]);
+	}
 	for m in &rows {
 		assert!(m.datagrams > 0, "{} delivered nothing", m.name);
 	}
@@ -503,25 +522,27 @@ fn main() {
 		println!("udp bench smoke run: ok ({} scenarios)", rows.len());
 		return;
 	}
-	let ratio = |a: usize, b: usize| rows[a].per_cpu_second() / rows[b].per_cpu_second();
-	let ratios = [
-		("bulk GSO/GRO", ratio(1, 0)),
-		("bulk no GSO", ratio(2, 0)),
-		("ping-pong", ratio(4, 3)),
-	];
 	let machine = machine();
 	let table = table(&rows);
-	let bulk_enters = rows[1].enters_per_datagram().unwrap();
 	let mut summary = String::new();
-	for (name, r) in &ratios {
-		summary += &format!("- {name}: kio / std = **{r:.2}x** datagrams per CPU-second\n");
+	for r in &ratios {
+		summary += &format!(
+			"- {}, {}: kio / std = **{:.2}x** datagrams per CPU-second\n",
+			r.placement.label(),
+			r.traffic,
+			r.ratio
+		);
 	}
-	summary += &format!(
-		"- kio bulk with GSO/GRO: **{bulk_enters:.4} io_uring_enter calls per datagram** (target < 0.05: {})\n",
-		if bulk_enters < 0.05 { "met" } else { "NOT met" }
-	);
+	for m in rows.iter().filter(|m| m.name == "kio bulk, GSO/GRO") {
+		let e = m.enters_per_datagram().unwrap();
+		summary += &format!(
+			"- {}, kio bulk with GSO/GRO: **{e:.4} io_uring_enter calls per datagram** (target < 0.05: {})\n",
+			m.placement.label(),
+			if e < 0.05 { "met" } else { "NOT met" }
+		);
+	}
 	println!("UDP over loopback, {PAYLOAD}-byte datagrams; {machine}");
-	println!("CPU time: getrusage(RUSAGE_SELF) user+system, all threads (both ends)\n");
+	println!("CPU time: clock_gettime(CLOCK_PROCESS_CPUTIME_ID) user+system, all threads (both ends)\n");
 	println!("{table}");
 	println!("{summary}");
 	let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
@@ -529,13 +550,14 @@ fn main() {
 	let md = format!(
 		"# UDP: kio (io_uring) against blocking std::net\n\n\
 		 Measured by `cargo bench -p kio --bench udp` (`kio/benches/udp.rs`; its module docs describe the \
-		 traffic). Loopback, {PAYLOAD}-byte datagrams, two ends pinned to two CPUs (two kio workers, or two std \
-		 threads), median of {} runs by datagrams per CPU-second.\n\n\
+		 traffic). Loopback, {PAYLOAD}-byte datagrams, median of {} runs by datagrams per CPU-second. Two \
+		 placements: each end pinned to its own CPU (kio: two workers; std: two threads), and both ends pinned \
+		 to one CPU (kio: one worker running both tasks; std: two threads).\n\n\
 		 - Machine: {machine}\n\
-		 - CPU time: `getrusage(RUSAGE_SELF)` user + system time of the whole process (both ends, and the \
-		 loopback path's kernel work that runs in their context)\n\
+		 - CPU time: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` (`kio::process_cpu_time`), user + system time \
+		 of the whole process (both ends, and the loopback path's kernel work that runs in their context)\n\
 		 - Bulk: {} datagrams, acknowledged every {ACK_EVERY}, at most {WINDOW} in flight; kio sends trains of \
-		 {TRAIN}\n\
+		 {TRAIN} (the most 1200-byte datagrams one UDP send carries)\n\
 		 - Ping-pong: {} round trips (2 datagrams each)\n\n\
 		 {table}\n{summary}",
 		scale.repeats, scale.bulk, scale.pings

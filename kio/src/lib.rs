@@ -61,6 +61,9 @@ use std::task::{Context, Poll};
 
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
 pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
+#[doc(hidden)]
+pub use uring::sys::pin_current_thread;
+pub use uring::sys::process_cpu_time;
 pub use uring::{IoCounters, RingStats, io_counters};
 pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
 
@@ -70,7 +73,7 @@ pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
 pub enum Error {
 	/// The kernel lacks something kio requires; `feature` names it (`"io_uring"` itself, or one
 	/// of `IORING_SETUP_SINGLE_ISSUER`, `IORING_SETUP_COOP_TASKRUN`, `IORING_SETUP_DEFER_TASKRUN`,
-	/// `IORING_FEAT_EXT_ARG`, `IORING_FEAT_NODROP`).
+	/// `IORING_FEAT_EXT_ARG`, `IORING_FEAT_NODROP`, or an opcode such as `IORING_OP_RECVMSG`).
 	Unsupported {
 		/// The missing feature.
 		feature: &'static str,

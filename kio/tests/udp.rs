@@ -410,3 +410,35 @@ fn a_full_submission_queue_spills_instead_of_failing() {
 		}
 	});
 }
+
+#[test]
+fn a_kernel_without_an_opcode_kio_issues_is_refused_by_name() {
+	let err = Builder::single()
+		.deny_feature("IORING_OP_RECVMSG")
+		.build()
+		.err()
+		.expect("refused");
+	match err {
+		kio::Error::Unsupported { feature, .. } => assert_eq!(feature, "IORING_OP_RECVMSG"),
+		other => panic!("unexpected {other}"),
+	}
+}
+
+#[test]
+fn into_std_hands_over_only_an_unused_socket() {
+	rt().block_on(async {
+		let fds = kio::io_counters().fds;
+		let socket = UdpSocket::bind_with(v4(), &UdpConfig::new().recv_buffer(1 << 20)).unwrap();
+		let addr = socket.local_addr();
+		let std = socket.into_std().expect("an unused socket converts");
+		assert_eq!(std.local_addr().unwrap(), addr);
+		assert_eq!(kio::io_counters().fds, fds, "kio no longer owns (or closes) the fd");
+		let used = UdpSocket::bind(v4()).unwrap();
+		let _armed = kio::wait(|w| std::task::Poll::Ready(used.poll_recv(w).is_pending())).await;
+		let used = used
+			.into_std()
+			.expect_err("a socket with a receive armed stays with kio");
+		drop(used);
+		drop(std);
+	});
+}

@@ -317,6 +317,24 @@ impl UdpSocket {
 		Ok(())
 	}
 
+	/// Turns the socket into a blocking `std::net::UdpSocket` with the same options (buffer
+	/// sizes, `SO_REUSEPORT`, GRO and the control messages it asked for). Only for a socket that
+	/// no operation has used yet: otherwise `Err` gives the socket back.
+	pub fn into_std(self) -> Result<std::net::UdpSocket, Box<Self>> {
+		let unused = {
+			let rx = self.rx.borrow();
+			rx.op.is_none() && rx.ring.is_none()
+		};
+		// Any other reference to the fd is an operation (or a pooled send buffer) of this socket.
+		if !unused || Rc::strong_count(&self.fd) != 1 {
+			return Err(Box::new(self));
+		}
+		let fd = Rc::clone(&self.fd);
+		drop(self);
+		let fd = Rc::into_inner(fd).expect("the socket held the only other reference");
+		Ok(std::net::UdpSocket::from(fd.into_owned()))
+	}
+
 	/// The socket's counters.
 	pub fn stats(&self) -> UdpStats {
 		self.stats.get()

@@ -6,7 +6,7 @@
 //! submitted would aim the operation at another file.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use super::count;
 
@@ -29,6 +29,16 @@ impl Fd {
 
 	pub(crate) fn raw(&self) -> RawFd {
 		self.0
+	}
+
+	/// Hands the fd over to std (no longer counted or closed by kio).
+	pub(crate) fn into_owned(self) -> OwnedFd {
+		let raw = self.0;
+		std::mem::forget(self);
+		count(|c| &c.fds, -1);
+		// SAFETY: OwnedFd::from_raw_fd needs an open fd that nothing else owns: this `Fd` owned
+		// it and was consumed without closing it.
+		unsafe { OwnedFd::from_raw_fd(raw) }
 	}
 }
 

@@ -1,7 +1,8 @@
-//! Raw system calls outside the ring: the unpark eventfd and CPU affinity.
+//! Raw system calls outside the ring: the unpark eventfd, CPU affinity and CPU time.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::time::Duration;
 
 /// A **blocking** eventfd: the ring's read on it must wait for a signal. A non-blocking one
 /// would complete at once and spin the loop.
@@ -36,10 +37,14 @@ pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
 	if rc != 0 {
 		return Err(io::Error::last_os_error());
 	}
-	// SAFETY: CPU_ISSET reads a bit of an initialised set; `cpu` is below CPU_SETSIZE.
-	Ok((0..libc::CPU_SETSIZE as usize)
-		.filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-		.collect())
+	let mut cpus = Vec::new();
+	for cpu in 0..libc::CPU_SETSIZE as usize {
+		// SAFETY: CPU_ISSET reads a bit of an initialised set; `cpu` is below CPU_SETSIZE.
+		if unsafe { libc::CPU_ISSET(cpu, &set) } {
+			cpus.push(cpu);
+		}
+	}
+	Ok(cpus)
 }
 
 /// Pins the calling thread to `cpus`.
@@ -57,4 +62,25 @@ pub(crate) fn set_affinity(cpus: &[usize]) -> io::Result<()> {
 		return Err(io::Error::last_os_error());
 	}
 	Ok(())
+}
+
+/// The CPU time (user + system) of every thread of this process, living or exited:
+/// `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, nanosecond resolution. For benchmarks that report
+/// work per CPU-second.
+pub fn process_cpu_time() -> io::Result<Duration> {
+	let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+	// SAFETY: clock_gettime(2) writes one timespec into a live local.
+	let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut ts) };
+	if rc != 0 {
+		return Err(io::Error::last_os_error());
+	}
+	Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// Pins the calling thread to the `index`-th CPU it may run on (wrapping), as kio pins worker
+/// `index`. For benchmarks that place plain threads the way kio places its workers.
+#[doc(hidden)]
+pub fn pin_current_thread(index: usize) -> io::Result<()> {
+	let cpus = allowed_cpus()?;
+	set_affinity(&[cpus[index % cpus.len()]])
 }
