@@ -522,9 +522,10 @@ impl Drop for Ring {
 			}
 			return;
 		}
-		// Nothing in flight: closing the ring (which drops its buffer registrations) and then
-		// freeing is safe. The counters forget the registrations the close removes.
-		for ring in self.buf_rings.drain(..).flatten() {
+		// Nothing in flight: the fields now drop in order, the ring first (its close drops the
+		// buffer registrations), then the memory. The counters forget those registrations here;
+		// the buffer rings themselves stay in their field, which drops after the ring's.
+		for ring in self.buf_rings.iter().flatten() {
 			ring.unregistered();
 		}
 	}
