@@ -5,10 +5,14 @@
 //! groups, a group is an ordered list of frames. Every level is a producer/consumer pair over kio
 //! state with the `poll_x(&Waiter)` + `async fn x` convention, so consumers can live on any kio
 //! worker. The model knows no wire format.
+//!
+//! [`transport`] abstracts a QUIC connection (streams, datagrams, close codes) and ships an
+//! in-memory implementation for tests and benchmarks.
 
 #![forbid(unsafe_code)]
 
 pub mod model;
+pub mod transport;
 
 pub use model::{
 	BroadcastConsumer, BroadcastProducer, Error, Frame, GroupConsumer, GroupProducer, Origin, OriginConsumer,
