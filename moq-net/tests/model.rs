@@ -101,6 +101,17 @@ fn groups_above_the_end_cap_are_held_and_re_offered_when_it_rises() {
 }
 
 #[test]
+fn get_group_finds_a_cached_group_by_sequence() {
+	let track = track();
+	let consumer = track.consume();
+	for seq in [3, 1, 2] {
+		publish(&track, seq);
+	}
+	assert_eq!(consumer.get_group(1).map(|g| g.sequence()), Some(1));
+	assert!(consumer.get_group(7).is_none());
+}
+
+#[test]
 fn next_group_rises_and_skips_late_groups() {
 	let track = track();
 	let mut consumer = track.consume();
@@ -336,6 +347,19 @@ fn on_demand_tracks_are_served_by_the_handler_and_coalesced() {
 		let mut second = consumer.subscribe_track("video", Subscription::default()).unwrap();
 		let request = broadcast.requested_track().await.unwrap();
 		assert_eq!(request.name(), "video");
+		// Its info is the handler's to give; consumers wait for it.
+		let info = TrackInfo {
+			timescale: 90_000,
+			..TrackInfo::default()
+		};
+		let waiting = kio::spawn({
+			let first = first.clone();
+			async move { first.info_known().await }
+		});
+		kio::yield_now().await;
+		assert!(!waiting.is_finished());
+		request.set_info(info);
+		assert_eq!(waiting.await.unwrap(), Ok(info));
 		assert!(
 			request.subscription().is_some(),
 			"the request carries the subscribers' demand"

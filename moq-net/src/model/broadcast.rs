@@ -216,7 +216,7 @@ impl BroadcastConsumer {
 					None => Err(Error::NotFound),
 				};
 			}
-			let track = TrackProducer::new(name, TrackInfo::default());
+			let track = TrackProducer::pending(name);
 			state.tracks.insert(name.to_owned(), track.state().clone());
 			let shared = track.state().clone();
 			state.requests.push_back(track);

@@ -436,6 +436,11 @@ impl AnnounceCursor {
 		kio::wait(|waiter| self.poll_next(waiter)).await
 	}
 
+	/// The number of updates queued (at creation: the size of the current set).
+	pub fn queued(&self) -> usize {
+		self.state.lock().cursors[self.key].updates.len()
+	}
+
 	/// The next update if one is queued.
 	pub fn try_next(&mut self) -> Option<Update> {
 		self.state.lock().cursors[self.key].updates.pop_front()

@@ -121,6 +121,8 @@ struct Cached {
 pub(crate) struct TrackState {
 	name: String,
 	info: TrackInfo,
+	/// Whether `info` is the publisher's (false for a requested track until its handler sets it).
+	info_known: bool,
 	arrival: VecDeque<Option<Cached>>,
 	/// The arrival index of `arrival[0]`.
 	base: u64,
@@ -267,6 +269,7 @@ impl TrackProducer {
 			state: Lock::new(TrackState {
 				name: name.to_owned(),
 				info,
+				info_known: true,
 				arrival: VecDeque::new(),
 				base: 0,
 				by_sequence: BTreeMap::new(),
@@ -300,9 +303,24 @@ impl TrackProducer {
 		self.state.lock().info
 	}
 
-	/// Replaces the publisher's properties (for a track created before its info was known).
+	/// Replaces the publisher's properties (for a track created before its info was known);
+	/// wakes consumers waiting in [`TrackConsumer::info_known`].
 	pub fn set_info(&self, info: TrackInfo) {
-		self.state.lock().info = info;
+		let wakes = {
+			let mut state = self.state.lock();
+			state.info = info;
+			state.info_known = true;
+			state.on_group.take()
+		};
+		drop(wakes);
+	}
+
+	/// A track whose info is not known yet: consumers wait in [`TrackConsumer::info_known`]
+	/// until [`set_info`](Self::set_info).
+	pub(crate) fn pending(name: &str) -> Self {
+		let track = Self::new(name, TrackInfo::default());
+		track.state.lock().info_known = false;
+		track
 	}
 
 	/// Sets the byte cap of groups created from now on.
@@ -543,6 +561,36 @@ impl TrackConsumer {
 	/// The publisher's properties.
 	pub fn info(&self) -> TrackInfo {
 		self.state.lock().info
+	}
+
+	/// Ready with the publisher's properties once they are known (at once for a track created
+	/// with its info; after the handler's [`TrackProducer::set_info`] for a requested one).
+	pub fn poll_info_known(&self, waiter: &Waiter) -> Poll<Result<TrackInfo, Error>> {
+		let mut state = self.state.lock();
+		if state.info_known {
+			return Poll::Ready(Ok(state.info));
+		}
+		if let Some(error) = &state.error {
+			return Poll::Ready(Err(error.clone()));
+		}
+		state.on_group.register(waiter);
+		Poll::Pending
+	}
+
+	/// Waits until the publisher's properties are known.
+	pub async fn info_known(&self) -> Result<TrackInfo, Error> {
+		kio::wait(|waiter| self.poll_info_known(waiter)).await
+	}
+
+	/// The cached group with sequence `sequence`, refreshing its last access (a fetch hit).
+	pub fn get_group(&self, sequence: u64) -> Option<GroupConsumer> {
+		let now = kio::time::now();
+		let mut state = self.state.lock();
+		let arrival = *state.by_sequence.get(&sequence)?;
+		let index = (arrival - state.base) as usize;
+		let cached = state.arrival[index].as_mut()?;
+		cached.accessed = now;
+		Some(GroupConsumer::new(sequence, cached.group.clone()))
 	}
 
 	/// Sets a floor: only groups with a sequence at or above `start` are yielded, and the cursor
