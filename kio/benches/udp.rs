@@ -65,6 +65,8 @@ struct Measure {
 	cpu: Duration,
 	/// kio only: `io_uring_enter` calls of both workers.
 	enters: Option<u64>,
+	/// kio bulk only: times the receive ran out of buffers (`ENOBUFS`) and was re-armed.
+	enobufs: Option<u64>,
 	stalls: u64,
 }
 
@@ -174,6 +176,7 @@ fn std_bulk(n: u64, placement: Placement) -> Measure {
 		wall: start.elapsed(),
 		cpu: cpu_time() - cpu0,
 		enters: None,
+		enobufs: None,
 		stalls,
 	}
 }
@@ -214,6 +217,7 @@ fn std_ping_pong(n: u64, placement: Placement) -> Measure {
 		wall: start.elapsed(),
 		cpu: cpu_time() - cpu0,
 		enters: None,
+		enobufs: None,
 		stalls: 0,
 	}
 }
@@ -289,7 +293,7 @@ fn kio_bulk(n: u64, gso: bool, placement: Placement) -> Measure {
 		loop {
 			let train = rx.recv().await.unwrap();
 			if train.payload() == FIN {
-				return count;
+				return (count, rx.stats().enobufs);
 			}
 			count += train.datagrams() as u64;
 			if count >= next_ack {
@@ -322,7 +326,7 @@ fn kio_bulk(n: u64, gso: bool, placement: Placement) -> Measure {
 			sent += k as u64;
 		}
 		tx.send_to(FIN, to).await.unwrap();
-		let datagrams = receiver.await.unwrap();
+		let (datagrams, enobufs) = receiver.await.unwrap();
 		let (wall, cpu) = (start.elapsed(), cpu_time() - cpu0);
 		settle(&rt).await;
 		Measure {
@@ -332,6 +336,7 @@ fn kio_bulk(n: u64, gso: bool, placement: Placement) -> Measure {
 			wall,
 			cpu,
 			enters: Some(enters(&rt) - enters0),
+			enobufs: Some(enobufs),
 			stalls,
 		}
 	});
@@ -378,6 +383,7 @@ fn kio_ping_pong(n: u64, placement: Placement) -> Measure {
 			wall,
 			cpu,
 			enters: Some(enters(&rt) - enters0),
+			enobufs: None,
 			stalls: 0,
 		}
 	});
@@ -409,12 +415,12 @@ fn machine() -> String {
 
 fn table(rows: &[Measure]) -> String {
 	let mut out = String::from(
-		"| placement | scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls |\n\
-		 |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| placement | scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls | rx ENOBUFS |\n\
+		 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
 	);
 	for m in rows {
 		out += &format!(
-			"| {} | {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} |\n",
+			"| {} | {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} | {} |\n",
 			m.placement.label(),
 			m.name,
 			m.datagrams,
@@ -425,6 +431,7 @@ fn table(rows: &[Measure]) -> String {
 			m.enters_per_datagram()
 				.map_or_else(|| "n/a (no ring)".into(), |e| format!("{e:.4}")),
 			m.stalls,
+			m.enobufs.map_or_else(|| "-".into(), |e| e.to_string()),
 		);
 	}
 	out
