@@ -11,6 +11,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod coding;
+pub mod lite;
 pub mod model;
 pub mod transport;
 
