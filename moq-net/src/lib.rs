@@ -14,6 +14,7 @@
 pub mod coding;
 pub mod lite;
 pub mod model;
+pub mod session;
 pub mod transport;
 
 pub use model::{

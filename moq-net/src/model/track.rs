@@ -418,6 +418,21 @@ impl TrackProducer {
 		drop(wakes);
 	}
 
+	/// Ready once every group below the final sequence has arrived (or the track aborted).
+	pub fn poll_complete(&self, waiter: &Waiter) -> Poll<()> {
+		let mut state = self.state.lock();
+		if state.error.is_some() || state.is_complete() {
+			return Poll::Ready(());
+		}
+		state.on_group.register(waiter);
+		Poll::Pending
+	}
+
+	/// Whether the track ended (finished or aborted).
+	pub fn is_ended(&self) -> bool {
+		!self.state.lock().is_live() || self.state.lock().final_sequence.is_some()
+	}
+
 	/// The aggregate demand, `None` when nobody subscribes.
 	pub fn subscription(&self) -> Option<Subscription> {
 		self.state.lock().demand

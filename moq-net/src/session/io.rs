@@ -1,0 +1,191 @@
+//! Framing over transport streams: decode messages from a receive stream as bytes arrive, and
+//! write encoded messages to a send stream.
+
+use std::task::{Poll, ready};
+
+use bytes::Bytes;
+use kio::Waiter;
+
+use super::SessionError;
+use crate::coding::{Decode, DecodeError, Encode};
+use crate::transport::{RecvStream, SendStream, SendStreamExt};
+
+/// A receive stream with a reassembly buffer. The buffer never holds more than one message
+/// (capped by the decoders) plus one chunk.
+pub(crate) struct Reader<R> {
+	recv: R,
+	buf: Vec<u8>,
+	pos: usize,
+	fin: bool,
+}
+
+impl<R: RecvStream> Reader<R> {
+	pub(crate) fn new(recv: R) -> Self {
+		Self {
+			recv,
+			buf: Vec::new(),
+			pos: 0,
+			fin: false,
+		}
+	}
+
+	fn buffered(&self) -> &[u8] {
+		&self.buf[self.pos..]
+	}
+
+	fn consume(&mut self, n: usize) {
+		self.pos += n;
+		if self.pos == self.buf.len() {
+			self.buf.clear();
+			self.pos = 0;
+		}
+	}
+
+	/// Reads one more chunk into the buffer; `false` once the stream has ended.
+	fn poll_fill(&mut self, waiter: &Waiter) -> Poll<Result<bool, SessionError>> {
+		if self.fin {
+			return Poll::Ready(Ok(false));
+		}
+		match ready!(self.recv.poll_read(waiter)) {
+			Ok(Some(chunk)) => {
+				if self.pos > 0 && self.pos == self.buf.len() {
+					self.buf.clear();
+					self.pos = 0;
+				}
+				self.buf.extend_from_slice(&chunk);
+				Poll::Ready(Ok(true))
+			}
+			Ok(None) => {
+				self.fin = true;
+				Poll::Ready(Ok(false))
+			}
+			Err(err) => Poll::Ready(Err(SessionError::Transport(err))),
+		}
+	}
+
+	/// The next message; `Ok(None)` when the stream ends cleanly between messages. A stream that
+	/// ends inside a message is a decode error (`Short`, code 5).
+	pub(crate) fn poll_decode<M: Decode>(&mut self, waiter: &Waiter) -> Poll<Result<Option<M>, SessionError>> {
+		loop {
+			if !self.buffered().is_empty() {
+				let mut slice = self.buffered();
+				match M::decode(&mut slice) {
+					Ok(message) => {
+						let used = self.buffered().len() - slice.len();
+						self.consume(used);
+						return Poll::Ready(Ok(Some(message)));
+					}
+					Err(DecodeError::Short) => {}
+					Err(err) => return Poll::Ready(Err(SessionError::Decode(err))),
+				}
+			}
+			if !ready!(self.poll_fill(waiter))? {
+				return Poll::Ready(if self.buffered().is_empty() {
+					Ok(None)
+				} else {
+					Err(SessionError::Decode(DecodeError::Short))
+				});
+			}
+		}
+	}
+
+	/// The next message; `Ok(None)` at a clean end.
+	pub(crate) async fn decode<M: Decode>(&mut self) -> Result<Option<M>, SessionError> {
+		kio::wait(|waiter| self.poll_decode(waiter)).await
+	}
+
+	/// Exactly `size` payload bytes. A chunk that holds the whole payload is sliced, not copied.
+	/// `Ok(None)` if the stream ends first.
+	pub(crate) fn poll_read_exact(
+		&mut self,
+		waiter: &Waiter,
+		size: usize,
+	) -> Poll<Result<Option<Bytes>, SessionError>> {
+		loop {
+			if self.buffered().len() >= size {
+				let payload = Bytes::copy_from_slice(&self.buffered()[..size]);
+				self.consume(size);
+				return Poll::Ready(Ok(Some(payload)));
+			}
+			if self.buffered().is_empty() && !self.fin {
+				match ready!(self.recv.poll_read(waiter)) {
+					Ok(Some(chunk)) if chunk.len() >= size => {
+						let payload = chunk.slice(..size);
+						self.buf.extend_from_slice(&chunk[size..]);
+						return Poll::Ready(Ok(Some(payload)));
+					}
+					Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
+					Ok(None) => self.fin = true,
+					Err(err) => return Poll::Ready(Err(SessionError::Transport(err))),
+				}
+				continue;
+			}
+			if !ready!(self.poll_fill(waiter))? {
+				return Poll::Ready(Ok(None));
+			}
+		}
+	}
+
+	/// Whether the stream ended with nothing left to read.
+	pub(crate) fn poll_end(&mut self, waiter: &Waiter) -> Poll<Result<bool, SessionError>> {
+		if !self.buffered().is_empty() {
+			return Poll::Ready(Ok(false));
+		}
+		ready!(self.poll_fill(waiter))?;
+		Poll::Ready(Ok(self.fin && self.buffered().is_empty()))
+	}
+
+	pub(crate) fn stop(&mut self, code: u64) {
+		self.recv.stop(code);
+	}
+}
+
+/// Encodes `message` and writes it.
+pub(crate) async fn write<S: SendStream, M: Encode + ?Sized>(send: &mut S, message: &M) -> Result<(), SessionError> {
+	let mut out = Vec::new();
+	message.try_encode(&mut out).map_err(SessionError::Encode)?;
+	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
+}
+
+/// Encodes a stream type and a first message together, so they travel in one chunk.
+pub(crate) async fn write_typed<S: SendStream, M: Encode>(
+	send: &mut S,
+	kind: u64,
+	message: &M,
+) -> Result<(), SessionError> {
+	let mut out = Vec::new();
+	kind.try_encode(&mut out).map_err(SessionError::Encode)?;
+	message.try_encode(&mut out).map_err(SessionError::Encode)?;
+	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
+}
+
+/// A send stream that is reset with code 0 (Cancel) if dropped before it finished: a task
+/// aborted mid-group abandons its stream instead of pretending it completed.
+pub(crate) struct Sending<S: SendStream> {
+	pub(crate) send: S,
+	done: bool,
+}
+
+impl<S: SendStream> Sending<S> {
+	pub(crate) fn new(send: S) -> Self {
+		Self { send, done: false }
+	}
+
+	pub(crate) fn finish(&mut self) -> Result<(), SessionError> {
+		self.done = true;
+		self.send.finish().map_err(SessionError::Transport)
+	}
+
+	pub(crate) fn reset(&mut self, code: u64) {
+		self.done = true;
+		self.send.reset(code);
+	}
+}
+
+impl<S: SendStream> Drop for Sending<S> {
+	fn drop(&mut self) {
+		if !self.done {
+			self.send.reset(0);
+		}
+	}
+}

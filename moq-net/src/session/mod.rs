@@ -1,0 +1,286 @@
+//! moq-lite-05 sessions over a [`Transport`].
+//!
+//! # Flow
+//!
+//! 1. [`setup`]: each side opens one uni stream `[0x01][SETUP]` and finishes it, without waiting
+//!    for the other; then reads the peer's. The peer's SETUP carries its Path (a client over raw
+//!    QUIC), Role and Origin id. A relay roots the session at that path before [`start`].
+//! 2. [`start`]: two halves run as kio tasks on the caller's worker.
+//!    - The **publisher half** serves the peer's requests from an [`OriginConsumer`]:
+//!      ANNOUNCE_REQUEST (the current set, then live updates; never a route whose hop chain holds
+//!      the peer), TRACK (TRACK_INFO from the origin, asking upstream if the track is on demand),
+//!      SUBSCRIBE (from the latest group or the start floor; SUBSCRIBE_START, one uni stream per
+//!      group with priority by subscriber priority then newest group first, SUBSCRIBE_UPDATE,
+//!      SUBSCRIBE_END and FIN when the track ends, subscriber FIN to cancel) and FETCH (from the
+//!      cache).
+//!    - The **subscriber half** (when given an [`OriginProducer`]) asks the peer for its
+//!      announcements and turns them into broadcasts in the origin (hop chain = the peer's hops
+//!      plus the peer's id; reflections of our own id are dropped). A track asked for on such a
+//!      broadcast is fetched on first demand: TRACK, then SUBSCRIBE with the track's aggregate
+//!      demand, SUBSCRIBE_UPDATE when it changes, FIN when it ends. Group streams are ingested
+//!      into the track's cache.
+//!
+//! # Bad input
+//!
+//! Nothing the peer sends panics. A message that does not decode, a SETUP out of place, a group
+//! stream for a subscription never made, a frame over [`MAX_FRAME`], or a stream that ends inside
+//! a message or frame closes the session with the spec's code ([`SessionError::code`]). A
+//! stream of an unknown type is reset alone. The origin, its caches and other sessions are
+//! untouched: everything this session published ends (as a dropped publisher does), nothing
+//! else.
+//!
+//! # Tasks
+//!
+//! The session's work runs in kio tasks on the caller's worker, owned by the [`Session`]:
+//! dropping it (or [`Session::close`]) closes the transport and aborts them. Nothing outlives it.
+
+mod io;
+mod publisher;
+mod subscriber;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::rc::Rc;
+
+use kio::JoinHandle;
+
+use crate::coding::{DecodeError, EncodeError};
+use crate::lite::{DataType, ErrorCode, Role, Setup};
+use crate::model::{self, OriginConsumer, OriginId, OriginProducer, TrackProducer};
+use crate::transport::{Transport, TransportError, TransportExt};
+
+/// The largest frame a session accepts (FrameTooLarge, 27, above it): a group's byte cap.
+pub const MAX_FRAME: u64 = model::group::MAX_GROUP_BYTES as u64;
+
+/// Why a session (or one of its streams) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionError {
+	/// The transport failed or was closed.
+	Transport(TransportError),
+	/// The peer sent bytes that do not decode.
+	Decode(DecodeError),
+	/// A value we meant to send cannot be encoded.
+	Encode(EncodeError),
+	/// The peer broke the protocol.
+	Protocol(ErrorCode),
+	/// The model refused (unknown track, duplicate group, ...).
+	Model(model::Error),
+}
+
+impl SessionError {
+	/// The spec §2.8 code to reset a stream or close the session with.
+	pub fn code(&self) -> u64 {
+		match self {
+			Self::Transport(
+				TransportError::Closed(code) | TransportError::Reset(code) | TransportError::Stopped(code),
+			) => *code,
+			Self::Transport(_) => ErrorCode::Transport.code(),
+			Self::Decode(err) => err.code(),
+			Self::Encode(err) => err.code(),
+			Self::Protocol(code) => code.code(),
+			Self::Model(err) => model_code(err),
+		}
+	}
+}
+
+impl fmt::Display for SessionError {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		match self {
+			Self::Transport(err) => write!(f, "transport: {err}"),
+			Self::Decode(err) => write!(f, "decode: {err}"),
+			Self::Encode(err) => write!(f, "encode: {err}"),
+			Self::Protocol(code) => write!(f, "protocol violation: {code:?}"),
+			Self::Model(err) => write!(f, "{err}"),
+		}
+	}
+}
+
+impl std::error::Error for SessionError {}
+
+/// The spec §2.8 code of a model error.
+pub fn model_code(err: &model::Error) -> u64 {
+	let code = match err {
+		model::Error::Dropped => ErrorCode::Dropped,
+		model::Error::Old => ErrorCode::Old,
+		model::Error::Evicted => ErrorCode::Evicted,
+		model::Error::Lagged => ErrorCode::Lagged,
+		model::Error::Duplicate => ErrorCode::Duplicate,
+		model::Error::NotFound => ErrorCode::NotFound,
+		model::Error::Unauthorized => ErrorCode::Unauthorized,
+		model::Error::TooLarge => ErrorCode::FrameTooLarge,
+		model::Error::Finished => ErrorCode::Closed,
+		model::Error::Aborted(code) => return *code,
+		_ => ErrorCode::Cancel,
+	};
+	code.code()
+}
+
+/// What this side says in its SETUP.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+	/// This endpoint's origin id (0 for none): sent as SETUP Origin, and never accepted back in
+	/// an announced hop chain.
+	pub origin: OriginId,
+	/// The connection path and query (a client over raw QUIC).
+	pub path: Option<String>,
+	/// The client's role; `None` sends none (both).
+	pub role: Option<Role>,
+}
+
+/// What the peer said in its SETUP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSetup {
+	/// The connection path and query, if the peer sent one.
+	pub path: Option<String>,
+	/// The peer's role.
+	pub role: Role,
+	/// The peer's origin id (0 for none).
+	pub origin: OriginId,
+}
+
+/// Sends our SETUP and reads the peer's. On failure the transport is closed with the error's
+/// code.
+pub async fn setup<T: Transport>(transport: &T, config: &Config) -> Result<PeerSetup, SessionError> {
+	let result = exchange(transport, config).await;
+	if let Err(err) = &result {
+		transport.close(err.code(), "setup failed");
+	}
+	result
+}
+
+async fn exchange<T: Transport>(transport: &T, config: &Config) -> Result<PeerSetup, SessionError> {
+	let mut ours = Setup::new().with_origin(config.origin);
+	if let Some(path) = &config.path {
+		ours = ours.with_path(path);
+	}
+	if let Some(role) = config.role {
+		ours = ours.with_role(role);
+	}
+	let mut send = transport.open_uni().await.map_err(SessionError::Transport)?;
+	io::write_typed(&mut send, u64::from(DataType::Setup), &ours).await?;
+	crate::transport::SendStream::finish(&mut send).map_err(SessionError::Transport)?;
+	loop {
+		let recv = transport.accept_uni().await.map_err(SessionError::Transport)?;
+		let mut reader = io::Reader::new(recv);
+		match reader.decode::<DataType>().await {
+			Ok(Some(DataType::Setup)) => {}
+			// Streams before the SETUP are refused one by one (the reference server does the same).
+			Ok(Some(_)) | Err(SessionError::Decode(DecodeError::UnexpectedStream(_))) => {
+				reader.stop(ErrorCode::UnexpectedStream.code());
+				continue;
+			}
+			Ok(None) => continue,
+			Err(err) => return Err(err),
+		}
+		let theirs: Setup = reader.decode().await?.ok_or(SessionError::Decode(DecodeError::Short))?;
+		// Exactly one SETUP, then FIN.
+		if reader.decode::<Setup>().await?.is_some() {
+			return Err(SessionError::Protocol(ErrorCode::ProtocolViolation));
+		}
+		return Ok(PeerSetup {
+			path: theirs.path().map(str::to_owned),
+			role: theirs.role(),
+			origin: theirs.origin().unwrap_or(0),
+		});
+	}
+}
+
+/// The subscriber half's table: subscribe id to the track its groups feed.
+#[derive(Default)]
+struct Subscriptions {
+	live: HashMap<u64, TrackProducer>,
+	/// Ids we issued and cancelled: late group streams for them are stopped, not fatal.
+	retired: HashSet<u64>,
+}
+
+struct Inner<T: Transport> {
+	transport: T,
+	config: Config,
+	peer: PeerSetup,
+	tasks: RefCell<Vec<JoinHandle<()>>>,
+	subscriptions: RefCell<Subscriptions>,
+	next_subscribe_id: Cell<u64>,
+	/// Subscribe ids the peer used toward our publisher half: never reused.
+	served: RefCell<HashSet<u64>>,
+}
+
+impl<T: Transport + 'static> Inner<T> {
+	/// Spawns a task the session owns.
+	fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+		let mut tasks = self.tasks.borrow_mut();
+		if tasks.len() >= 64 && tasks.len().is_power_of_two() {
+			tasks.retain(|task| !task.is_finished());
+		}
+		tasks.push(kio::spawn(task));
+	}
+
+	/// Closes the session with `err`'s code.
+	fn fail(&self, err: &SessionError) {
+		self.transport.close(err.code(), "protocol error");
+	}
+}
+
+/// A running session. Dropping it closes the transport (code 0) and stops its tasks.
+pub struct Session<T: Transport + 'static> {
+	inner: Rc<Inner<T>>,
+}
+
+/// Starts both halves: serve `publish` to the peer (if given), and take the peer's broadcasts
+/// into `subscribe` (if given).
+pub fn start<T: Transport + Clone + 'static>(
+	transport: T,
+	config: Config,
+	peer: PeerSetup,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> Session<T> {
+	let inner = Rc::new(Inner {
+		transport,
+		config,
+		peer,
+		tasks: RefCell::new(Vec::new()),
+		subscriptions: RefCell::new(Subscriptions::default()),
+		next_subscribe_id: Cell::new(0),
+		served: RefCell::new(HashSet::new()),
+	});
+	inner.spawn(publisher::run(inner.clone(), publish));
+	inner.spawn(subscriber::accept_groups(inner.clone()));
+	if let Some(subscribe) = subscribe {
+		inner.spawn(subscriber::run(inner.clone(), subscribe));
+	}
+	Session { inner }
+}
+
+impl<T: Transport + 'static> Session<T> {
+	/// What the peer said in its SETUP.
+	pub fn peer(&self) -> &PeerSetup {
+		&self.inner.peer
+	}
+
+	/// Closes the session with `code`.
+	pub fn close(&self, code: u64) {
+		self.inner.transport.close(code, "closed");
+	}
+
+	/// Waits until the session is closed (by either side); yields the close code.
+	pub async fn closed(&self) -> u64 {
+		self.inner.transport.closed().await
+	}
+}
+
+impl<T: Transport + 'static> Drop for Session<T> {
+	fn drop(&mut self) {
+		self.inner.transport.close(ErrorCode::Cancel.code(), "session dropped");
+		for task in self.inner.tasks.borrow_mut().drain(..) {
+			task.abort();
+		}
+	}
+}
+
+impl<T: Transport + 'static> fmt::Debug for Session<T> {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("Session").field("peer", &self.inner.peer).finish()
+	}
+}

@@ -1,0 +1,390 @@
+//! The publisher half: serves the peer's Announce, Track, Subscribe and Fetch streams from an
+//! origin.
+
+use std::rc::Rc;
+use std::task::Poll;
+
+use kio::JoinHandle;
+
+use super::io::{self, Reader, Sending};
+use super::{Inner, SessionError};
+use crate::coding::DecodeError;
+use crate::lite::{
+	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
+	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
+};
+use crate::model::{self, GroupConsumer, OriginConsumer, Subscription, Update};
+use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
+
+/// Accepts the peer's bidirectional streams and serves each in its own task.
+pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, publish: Option<OriginConsumer>) {
+	while let Ok((send, recv)) = inner.transport.accept_bi().await {
+		inner.spawn(serve(inner.clone(), send, recv, publish.clone()));
+	}
+}
+
+async fn serve<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	send: T::Send,
+	recv: T::Recv,
+	publish: Option<OriginConsumer>,
+) {
+	let mut reader = Reader::new(recv);
+	let mut send = Sending::new(send);
+	let kind = match reader.decode::<ControlType>().await {
+		Ok(Some(kind)) => kind,
+		Ok(None) => return,
+		Err(SessionError::Decode(DecodeError::UnexpectedStream(_))) => {
+			// An unknown stream type is never fatal to the session.
+			send.reset(ErrorCode::UnexpectedStream.code());
+			reader.stop(ErrorCode::UnexpectedStream.code());
+			return;
+		}
+		Err(err) => return conclude(&inner, &mut send, Err(err)),
+	};
+	let result = match (kind, &publish) {
+		(ControlType::Announce, Some(origin)) => announce(&inner, &mut send, &mut reader, origin).await,
+		(ControlType::Track, Some(origin)) => track(&mut send, &mut reader, origin).await,
+		(ControlType::Subscribe, Some(origin)) => subscribe(&inner, &mut send, &mut reader, origin).await,
+		(ControlType::Fetch, Some(origin)) => fetch(&mut send, &mut reader, origin).await,
+		(ControlType::Announce | ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => Err(
+			SessionError::Model(model::Error::Aborted(ErrorCode::InvalidRole.code())),
+		),
+		// We advertise no Probe level, so a Probe stream is refused.
+		(ControlType::Probe, _) => Err(SessionError::Model(model::Error::Aborted(
+			ErrorCode::Unsupported.code(),
+		))),
+		// GOAWAY is only logged by the reference implementation; read it and move on.
+		(ControlType::Goaway, _) => goaway(&mut reader).await,
+		(ControlType::Session, _) => Err(SessionError::Model(model::Error::Aborted(
+			ErrorCode::UnexpectedStream.code(),
+		))),
+	};
+	conclude(&inner, &mut send, result);
+}
+
+/// Ends a served stream: a protocol or decode error closes the session; anything else resets
+/// only this stream.
+fn conclude<T: Transport + 'static, S: SendStream>(
+	inner: &Inner<T>,
+	send: &mut Sending<S>,
+	result: Result<(), SessionError>,
+) {
+	match result {
+		Ok(()) => {}
+		Err(err @ (SessionError::Decode(_) | SessionError::Protocol(_))) => inner.fail(&err),
+		Err(SessionError::Transport(_)) => send.reset(ErrorCode::Cancel.code()),
+		Err(err) => send.reset(err.code()),
+	}
+}
+
+async fn goaway<R: RecvStream>(reader: &mut Reader<R>) -> Result<(), SessionError> {
+	while reader.decode::<crate::lite::Goaway>().await?.is_some() {}
+	Ok(())
+}
+
+enum AnnounceEvent {
+	Update(Update),
+	End(Result<bool, SessionError>),
+}
+
+async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
+	inner: &Inner<T>,
+	send: &mut Sending<S>,
+	reader: &mut Reader<R>,
+	origin: &OriginConsumer,
+) -> Result<(), SessionError> {
+	let Some(request) = reader.decode::<AnnounceRequest>().await? else {
+		return Ok(());
+	};
+	// Never reflect a route back through the peer: by its request, or by its SETUP Origin.
+	let exclude = if request.exclude_hop != 0 {
+		request.exclude_hop
+	} else {
+		inner.peer.origin
+	};
+	let mut cursor = if exclude != 0 {
+		origin.announced_excluding(&request.prefix, exclude)
+	} else {
+		origin.announced(&request.prefix)
+	};
+	let ok = AnnounceOk {
+		origin: inner.config.origin,
+		active: cursor.queued() as u64,
+	};
+	io::write(&mut send.send, &ok).await?;
+	loop {
+		let event = kio::wait(|waiter| {
+			if let Poll::Ready(update) = cursor.poll_next(waiter) {
+				return Poll::Ready(AnnounceEvent::Update(update));
+			}
+			reader.poll_end(waiter).map(AnnounceEvent::End)
+		})
+		.await;
+		match event {
+			AnnounceEvent::Update(update) => {
+				let suffix = update.path.strip_prefix(&request.prefix).unwrap_or(update.path);
+				let message = match update.broadcast {
+					Some(_) => Announce {
+						status: AnnounceStatus::Active,
+						suffix,
+						hops: update.route.hops,
+					},
+					None => Announce {
+						status: AnnounceStatus::Ended,
+						suffix,
+						hops: Vec::new(),
+					},
+				};
+				io::write(&mut send.send, &message).await?;
+			}
+			// The subscriber's FIN: no more updates wanted.
+			AnnounceEvent::End(Ok(true)) => return send.finish(),
+			AnnounceEvent::End(Ok(false)) => return Err(SessionError::Protocol(ErrorCode::UnexpectedMessage)),
+			AnnounceEvent::End(Err(err)) => return Err(err),
+		}
+	}
+}
+
+async fn track<S: SendStream, R: RecvStream>(
+	send: &mut Sending<S>,
+	reader: &mut Reader<R>,
+	origin: &OriginConsumer,
+) -> Result<(), SessionError> {
+	let Some(request) = reader.decode::<Track>().await? else {
+		return Ok(());
+	};
+	let broadcast = origin
+		.get_broadcast(&request.broadcast)
+		.ok_or(SessionError::Model(model::Error::NotFound))?;
+	let track = broadcast.track(&request.track).map_err(SessionError::Model)?;
+	// An on-demand track's info comes from upstream: wait for it.
+	let info = track.info_known().await.map_err(SessionError::Model)?;
+	let reply = WireTrackInfo {
+		priority: info.priority,
+		ordered: info.ordered,
+		latency_max: info.latency_max,
+		timescale: info.timescale,
+	};
+	io::write(&mut send.send, &reply).await?;
+	send.finish()
+}
+
+/// Aborts the tasks it holds when dropped, so an abandoned subscription stops its groups.
+#[derive(Default)]
+pub(super) struct Owned(Vec<JoinHandle<()>>);
+
+impl Owned {
+	pub(super) fn push(&mut self, task: JoinHandle<()>) {
+		if self.0.len() >= 16 && self.0.len().is_power_of_two() {
+			self.0.retain(|task| !task.is_finished());
+		}
+		self.0.push(task);
+	}
+
+	async fn join(&mut self) {
+		for task in self.0.drain(..) {
+			let _ = task.await;
+		}
+	}
+}
+
+impl Drop for Owned {
+	fn drop(&mut self) {
+		for task in &self.0 {
+			task.abort();
+		}
+	}
+}
+
+enum SubscribeEvent {
+	Group(Result<Option<GroupConsumer>, model::Error>),
+	Update(Result<Option<SubscribeUpdate>, SessionError>),
+}
+
+/// The send priority of a group stream: the subscriber's priority first, then newer groups.
+fn stream_priority(priority: u8, sequence: u64) -> i32 {
+	(i32::from(priority) << 23) | (sequence & 0x7f_ffff) as i32
+}
+
+async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
+	inner: &Rc<Inner<T>>,
+	send: &mut Sending<S>,
+	reader: &mut Reader<R>,
+	origin: &OriginConsumer,
+) -> Result<(), SessionError> {
+	let Some(request) = reader.decode::<Subscribe>().await? else {
+		return Ok(());
+	};
+	if !inner.served.borrow_mut().insert(request.id) {
+		return Err(SessionError::Protocol(ErrorCode::Duplicate));
+	}
+	let broadcast = origin
+		.get_broadcast(&request.broadcast)
+		.ok_or(SessionError::Model(model::Error::NotFound))?;
+	let mut subscription = Subscription {
+		priority: request.priority,
+		ordered: request.ordered,
+		latency_max: request.latency_max,
+		start: request.start,
+		end: request.end,
+	};
+	let mut cursor = broadcast
+		.subscribe_track(&request.track, subscription)
+		.map_err(SessionError::Model)?;
+	let mut started = false;
+	let mut groups = Owned::default();
+	loop {
+		let event = kio::wait(|waiter| {
+			if let Poll::Ready(update) = reader.poll_decode::<SubscribeUpdate>(waiter) {
+				return Poll::Ready(SubscribeEvent::Update(update));
+			}
+			cursor.poll_recv_group(waiter).map(SubscribeEvent::Group)
+		})
+		.await;
+		match event {
+			SubscribeEvent::Group(Ok(Some(group))) => {
+				if !started {
+					started = true;
+					io::write(
+						&mut send.send,
+						&SubscribeResponse::Start {
+							group: group.sequence(),
+						},
+					)
+					.await?;
+				}
+				let priority = stream_priority(subscription.priority, group.sequence());
+				let timescale = cursor.info().timescale;
+				groups.push(kio::spawn(serve_group(
+					inner.clone(),
+					request.id,
+					group,
+					priority,
+					timescale,
+				)));
+			}
+			SubscribeEvent::Group(Ok(None)) => {
+				let end = cursor.finished().await.map_err(SessionError::Model)?;
+				io::write(&mut send.send, &SubscribeResponse::End { group: end }).await?;
+				groups.join().await;
+				return send.finish();
+			}
+			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
+			SubscribeEvent::Update(Ok(Some(update))) => {
+				let moved = update.start.is_some() && update.start != subscription.start;
+				subscription = Subscription {
+					priority: update.priority,
+					ordered: update.ordered,
+					latency_max: update.latency_max,
+					start: update.start,
+					end: update.end,
+				};
+				cursor.subscribe(subscription);
+				cursor.end_at(update.end);
+				if moved && let Some(start) = update.start {
+					cursor.start_at(start);
+				}
+			}
+			// The subscriber's FIN: unsubscribe. In-flight groups are reset (code 0) as `groups`
+			// drops.
+			SubscribeEvent::Update(Ok(None)) => return send.finish(),
+			SubscribeEvent::Update(Err(err)) => return Err(err),
+		}
+	}
+}
+
+/// One group on its own uni stream: header, then frames as they are written, then FIN.
+async fn serve_group<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	subscribe_id: u64,
+	mut group: GroupConsumer,
+	priority: i32,
+	timescale: u64,
+) {
+	let Ok(mut send) = inner.transport.open_uni().await else {
+		return;
+	};
+	send.set_priority(priority);
+	let mut send = Sending::new(send);
+	let header = GroupHeader {
+		subscribe_id,
+		sequence: group.sequence(),
+	};
+	if io::write_typed(&mut send.send, u64::from(DataType::Group), &header)
+		.await
+		.is_err()
+	{
+		return;
+	}
+	if let Err(err) = write_frames(&mut send, &mut group, timescale).await {
+		send.reset(err.code());
+		return;
+	}
+	let _ = send.finish();
+}
+
+/// Writes a group's frames (timestamps as deltas in `timescale`) until it ends.
+async fn write_frames<S: SendStream>(
+	send: &mut Sending<S>,
+	group: &mut GroupConsumer,
+	timescale: u64,
+) -> Result<(), SessionError> {
+	let mut last = 0i64;
+	while let Some(frame) = group.read_frame().await.map_err(SessionError::Model)? {
+		let stamp = if frame.timestamp.timescale == timescale {
+			frame.timestamp.value
+		} else {
+			frame.timestamp.rescale(timescale).map_or(0, |stamp| stamp.value)
+		};
+		let stamp = stamp.min(i64::MAX as u64) as i64;
+		let header = FrameHeader {
+			timestamp_delta: stamp - last,
+			size: frame.payload.len() as u64,
+		};
+		last = stamp;
+		io::write(&mut send.send, &header).await?;
+		send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
+	}
+	Ok(())
+}
+
+async fn fetch<S: SendStream, R: RecvStream>(
+	send: &mut Sending<S>,
+	reader: &mut Reader<R>,
+	origin: &OriginConsumer,
+) -> Result<(), SessionError> {
+	let Some(request) = reader.decode::<Fetch>().await? else {
+		return Ok(());
+	};
+	let broadcast = origin
+		.get_broadcast(&request.broadcast)
+		.ok_or(SessionError::Model(model::Error::NotFound))?;
+	let track = broadcast.track(&request.track).map_err(SessionError::Model)?;
+	let info = track.info_known().await.map_err(SessionError::Model)?;
+	let mut group = track
+		.get_group(request.group)
+		.ok_or(SessionError::Model(model::Error::NotFound))?;
+	write_frames(send, &mut group, info.timescale).await?;
+	send.finish()
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+	use crate::session::model_code;
+
+	#[test]
+	fn subscriber_priority_then_newer_groups_first() {
+		assert!(stream_priority(2, 0) > stream_priority(1, 1_000_000));
+		assert!(stream_priority(1, 6) > stream_priority(1, 5));
+		assert!(stream_priority(255, 0x7f_ffff) > 0);
+	}
+
+	#[test]
+	fn model_errors_carry_their_wire_codes() {
+		assert_eq!(model_code(&model::Error::NotFound), 13);
+		assert_eq!(model_code(&model::Error::Evicted), 31);
+		assert_eq!(model_code(&model::Error::Aborted(30)), 30);
+	}
+}

@@ -1,0 +1,355 @@
+//! The subscriber half: takes the peer's announcements into an origin, fetches tracks on
+//! demand, and ingests group streams.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::task::Poll;
+
+use super::io::{self, Reader, Sending};
+use super::publisher::Owned;
+use super::{Inner, MAX_FRAME, SessionError};
+use crate::coding::DecodeError;
+use crate::lite::{
+	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, FrameHeader, GroupHeader,
+	Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
+};
+use crate::model::{
+	self, BroadcastProducer, Frame, OriginProducer, Path, Publication, Route, Subscription, Timestamp, TrackInfo,
+	TrackProducer,
+};
+use crate::transport::{RecvStream, Transport, TransportError, TransportExt};
+
+/// A decode or protocol error is the peer's fault and closes the session.
+fn is_fatal(err: &SessionError) -> bool {
+	matches!(err, SessionError::Decode(_) | SessionError::Protocol(_))
+}
+
+/// Requests the peer's announcements and mirrors them into `origin`.
+pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, origin: OriginProducer) {
+	if let Err(err) = announcements(&inner, &origin).await
+		&& is_fatal(&err)
+	{
+		inner.fail(&err);
+	}
+}
+
+/// A broadcast this session announced into the origin on the peer's behalf.
+struct Mirrored {
+	broadcast: BroadcastProducer,
+	_publication: Publication,
+	_tracks: Owned,
+}
+
+impl Mirrored {
+	/// Ends it: cleanly on the peer's `ended`, as a dropped publisher when the stream is lost.
+	fn end(self, clean: bool) {
+		if clean {
+			self.broadcast.finish();
+		} else {
+			self.broadcast.abort(model::Error::Dropped);
+		}
+	}
+}
+
+async fn announcements<T: Transport + 'static>(
+	inner: &Rc<Inner<T>>,
+	origin: &OriginProducer,
+) -> Result<(), SessionError> {
+	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
+	let mut send = Sending::new(send);
+	let mut reader = Reader::new(recv);
+	let request = AnnounceRequest {
+		prefix: Path::default(),
+		exclude_hop: inner.config.origin,
+	};
+	io::write_typed(&mut send.send, u64::from(ControlType::Announce), &request).await?;
+	let Some(ok) = reader.decode::<AnnounceOk>().await? else {
+		return Ok(());
+	};
+	let mut mirrored: HashMap<Path, Mirrored> = HashMap::new();
+	let result = mirror(inner, origin, &mut reader, ok.origin, &mut mirrored).await;
+	for (_, broadcast) in mirrored.drain() {
+		broadcast.end(result.is_ok());
+	}
+	let _ = send.finish();
+	result
+}
+
+async fn mirror<T: Transport + 'static, R: RecvStream>(
+	inner: &Rc<Inner<T>>,
+	origin: &OriginProducer,
+	reader: &mut Reader<R>,
+	peer: u64,
+	mirrored: &mut HashMap<Path, Mirrored>,
+) -> Result<(), SessionError> {
+	while let Some(announce) = reader.decode::<Announce>().await? {
+		match announce.status {
+			AnnounceStatus::Active | AnnounceStatus::Restart => {
+				let mut hops = announce.hops;
+				if peer != 0 {
+					hops.push(peer);
+				}
+				// Our own id in the chain: the broadcast came from us. Never take it back.
+				if inner.config.origin != 0 && hops.contains(&inner.config.origin) {
+					continue;
+				}
+				if let Some(old) = mirrored.remove(&announce.suffix) {
+					old.end(true);
+				}
+				// Serving requests starts before the announcement, so a consumer on another worker
+				// that sees it at once finds the broadcast ready.
+				let broadcast = BroadcastProducer::new();
+				broadcast.serve_requests();
+				// A path outside what this session may publish into is ignored.
+				let Ok(publication) = origin.publish(&announce.suffix, broadcast.consume(), Route::new(hops)) else {
+					continue;
+				};
+				let mut tracks = Owned::default();
+				tracks.push(kio::spawn(serve_requests(
+					inner.clone(),
+					announce.suffix.clone(),
+					broadcast.clone(),
+				)));
+				mirrored.insert(
+					announce.suffix,
+					Mirrored {
+						broadcast,
+						_publication: publication,
+						_tracks: tracks,
+					},
+				);
+			}
+			AnnounceStatus::Ended => {
+				if let Some(old) = mirrored.remove(&announce.suffix) {
+					old.end(true);
+				}
+			}
+		}
+	}
+	Ok(())
+}
+
+/// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream.
+async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
+	let mut tracks = Owned::default();
+	while let Some(track) = broadcast.requested_track().await {
+		tracks.push(kio::spawn(forward(inner.clone(), path.clone(), track)));
+	}
+}
+
+async fn forward<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, track: TrackProducer) {
+	if let Err(err) = fetch_track(&inner, &path, &track).await {
+		if is_fatal(&err) {
+			inner.fail(&err);
+		}
+		track.abort(model::Error::Aborted(err.code()));
+	}
+}
+
+/// TRACK for the info, then one upstream SUBSCRIBE per period of demand.
+async fn fetch_track<T: Transport + 'static>(
+	inner: &Rc<Inner<T>>,
+	path: &Path,
+	track: &TrackProducer,
+) -> Result<(), SessionError> {
+	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
+	let mut send = Sending::new(send);
+	let mut reader = Reader::new(recv);
+	let request = Track {
+		broadcast: path.clone(),
+		track: track.name(),
+	};
+	io::write_typed(&mut send.send, u64::from(ControlType::Track), &request).await?;
+	let info: WireTrackInfo = reader
+		.decode()
+		.await?
+		.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?;
+	track.set_info(TrackInfo {
+		timescale: info.timescale,
+		latency_max: info.latency_max,
+		priority: info.priority,
+		ordered: info.ordered,
+	});
+	send.finish()?;
+	let mut seen = 0;
+	loop {
+		track.used().await;
+		if track.is_ended() {
+			return Ok(());
+		}
+		let Some(demand) = track.subscription() else {
+			continue;
+		};
+		subscribe(inner, path, track, demand, &mut seen).await?;
+	}
+}
+
+enum UpstreamEvent {
+	Response(Result<Option<SubscribeResponse>, SessionError>),
+	Demand(Option<Subscription>),
+}
+
+/// Moves a subscribe id from live to retired when the upstream subscription ends.
+struct Retire<'a, T: Transport>(&'a Inner<T>, u64);
+
+impl<T: Transport> Drop for Retire<'_, T> {
+	fn drop(&mut self) {
+		let mut subscriptions = self.0.subscriptions.borrow_mut();
+		subscriptions.live.remove(&self.1);
+		subscriptions.retired.insert(self.1);
+	}
+}
+
+/// One upstream SUBSCRIBE: follows demand with SUBSCRIBE_UPDATE, FINs when demand ends.
+async fn subscribe<T: Transport + 'static>(
+	inner: &Rc<Inner<T>>,
+	path: &Path,
+	track: &TrackProducer,
+	demand: Subscription,
+	seen: &mut u64,
+) -> Result<(), SessionError> {
+	let id = inner.next_subscribe_id.get();
+	inner.next_subscribe_id.set(id + 1);
+	inner.subscriptions.borrow_mut().live.insert(id, track.clone());
+	let _retire = Retire(inner, id);
+	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
+	let mut send = Sending::new(send);
+	let mut reader = Reader::new(recv);
+	let request = Subscribe {
+		id,
+		broadcast: path.clone(),
+		track: track.name(),
+		priority: demand.priority,
+		ordered: demand.ordered,
+		latency_max: demand.latency_max,
+		start: demand.start,
+		end: demand.end,
+	};
+	io::write_typed(&mut send.send, u64::from(ControlType::Subscribe), &request).await?;
+	loop {
+		let event = kio::wait(|waiter| {
+			if let Poll::Ready(response) = reader.poll_decode::<SubscribeResponse>(waiter) {
+				return Poll::Ready(UpstreamEvent::Response(response));
+			}
+			track.poll_subscription_changed(waiter, seen).map(UpstreamEvent::Demand)
+		})
+		.await;
+		match event {
+			UpstreamEvent::Response(Ok(Some(SubscribeResponse::End { group }))) => {
+				// The track's final boundary; groups below it may still be on their way.
+				let _ = track.finish_at(group);
+			}
+			UpstreamEvent::Response(Ok(Some(_))) => {}
+			// The publisher's FIN: every group up to the end was sent. Their streams may still be
+			// arriving, so the subscription stays live until they have (or demand ends).
+			UpstreamEvent::Response(Ok(None)) => {
+				if !track.is_ended() {
+					let _ = track.finish();
+				}
+				kio::wait(|waiter| {
+					loop {
+						if track.poll_complete(waiter).is_ready() {
+							return Poll::Ready(());
+						}
+						match track.poll_subscription_changed(waiter, seen) {
+							Poll::Ready(None) => return Poll::Ready(()),
+							Poll::Ready(Some(_)) => continue,
+							Poll::Pending => return Poll::Pending,
+						}
+					}
+				})
+				.await;
+				return send.finish();
+			}
+			UpstreamEvent::Response(Err(SessionError::Transport(TransportError::Reset(code)))) => {
+				return Err(SessionError::Model(model::Error::Aborted(code)));
+			}
+			UpstreamEvent::Response(Err(err)) => return Err(err),
+			UpstreamEvent::Demand(Some(demand)) => {
+				let update = SubscribeUpdate {
+					priority: demand.priority,
+					ordered: demand.ordered,
+					latency_max: demand.latency_max,
+					start: demand.start,
+					end: demand.end,
+				};
+				io::write(&mut send.send, &update).await?;
+			}
+			// Nobody downstream wants it any more: cancel upstream.
+			UpstreamEvent::Demand(None) => return send.finish(),
+		}
+	}
+}
+
+/// Accepts the peer's uni streams: group data for our subscriptions.
+pub(super) async fn accept_groups<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+	while let Ok(recv) = inner.transport.accept_uni().await {
+		inner.spawn(ingest(inner.clone(), recv));
+	}
+}
+
+async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::Recv) {
+	let mut reader = Reader::new(recv);
+	match read_group(&inner, &mut reader).await {
+		Ok(()) => {}
+		Err(err) if is_fatal(&err) => inner.fail(&err),
+		Err(err) => reader.stop(err.code()),
+	}
+}
+
+async fn read_group<T: Transport + 'static, R: RecvStream>(
+	inner: &Inner<T>,
+	reader: &mut Reader<R>,
+) -> Result<(), SessionError> {
+	match reader.decode::<DataType>().await {
+		Ok(Some(DataType::Group)) => {}
+		// Exactly one SETUP per direction, and it came first.
+		Ok(Some(DataType::Setup)) => return Err(SessionError::Protocol(ErrorCode::ProtocolViolation)),
+		Ok(None) => return Ok(()),
+		Err(SessionError::Decode(DecodeError::UnexpectedStream(_))) => {
+			reader.stop(ErrorCode::UnexpectedStream.code());
+			return Ok(());
+		}
+		Err(err) => return Err(err),
+	}
+	let header: GroupHeader = reader.decode().await?.ok_or(SessionError::Decode(DecodeError::Short))?;
+	let track = {
+		let subscriptions = inner.subscriptions.borrow();
+		match subscriptions.live.get(&header.subscribe_id) {
+			Some(track) => track.clone(),
+			// A late group of a subscription we cancelled: not the peer's fault.
+			None if subscriptions.retired.contains(&header.subscribe_id) => {
+				return Err(SessionError::Model(model::Error::Cancelled));
+			}
+			None => return Err(SessionError::Protocol(ErrorCode::ProtocolViolation)),
+		}
+	};
+	let timescale = track.info().timescale;
+	let mut group = track.create_group(header.sequence).map_err(SessionError::Model)?;
+	let mut stamp = 0u64;
+	loop {
+		let frame = match reader.decode::<FrameHeader>().await {
+			Ok(Some(frame)) => frame,
+			Ok(None) => return group.finish().map_err(SessionError::Model),
+			// The stream ended inside a frame header.
+			Err(SessionError::Decode(DecodeError::Short)) => return Err(SessionError::Protocol(ErrorCode::WrongSize)),
+			Err(err) => return Err(err),
+		};
+		if frame.size > MAX_FRAME {
+			group.abort(model::Error::TooLarge);
+			return Err(SessionError::Protocol(ErrorCode::FrameTooLarge));
+		}
+		stamp = stamp
+			.checked_add_signed(frame.timestamp_delta)
+			.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?;
+		let payload = kio::wait(|waiter| reader.poll_read_exact(waiter, frame.size as usize))
+			.await?
+			.ok_or(SessionError::Protocol(ErrorCode::WrongSize))?;
+		group
+			.write_frame(Frame::new(Timestamp::new(stamp, timescale), payload))
+			.map_err(|err| {
+				// The cache refused the frame (the group was evicted, say): this stream alone stops.
+				SessionError::Model(err)
+			})?;
+	}
+}

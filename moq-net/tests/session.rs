@@ -1,0 +1,649 @@
+//! Sessions over the in-memory transport: a publisher client, a relay, subscriber clients.
+//!
+//! The relay is an [`Origin`] with one session per connection: its publisher half serves the
+//! origin to the peer, its subscriber half takes the peer's broadcasts into it. Clients are
+//! sessions with their own local origins. Every wait is on the model or the transport; the
+//! nextest timeout turns a lost wake into a failure.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use moq_net::coding::Encode;
+use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subscribe, Track};
+use moq_net::model::{Origin, TrackConsumer};
+use moq_net::session::{self, Config, Session};
+use moq_net::transport::memory::{self, Memory};
+use moq_net::transport::{RecvStream, SendStream, SendStreamExt, TransportExt};
+use moq_net::{BroadcastProducer, Frame, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
+
+const RELAY_ID: u64 = 100;
+
+/// Connects a client to the relay origin; returns (client session, relay-side session).
+async fn connect(
+	relay: &Origin,
+	client: Config,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> (Session<Memory>, Session<Memory>) {
+	let (client_end, relay_end) = memory::pair();
+	let relay_config = Config {
+		origin: RELAY_ID,
+		..Config::default()
+	};
+	let relay_end2 = relay_end.clone();
+	let accept = kio::spawn(async move { session::setup(&relay_end2, &relay_config).await });
+	let peer = session::setup(&client_end, &client).await.expect("client setup");
+	let relay_peer = accept.await.unwrap().expect("relay setup");
+	assert_eq!(peer.origin, RELAY_ID, "the relay sent its own SETUP");
+	// The connection path roots the session.
+	let path = relay_peer.path.as_deref().unwrap_or("");
+	let root = Path::new(path.split('?').next().unwrap_or(""));
+	let relay_side = session::start(
+		relay_end,
+		Config {
+			origin: RELAY_ID,
+			..Config::default()
+		},
+		relay_peer,
+		Some(relay.consumer().with_root(&root)),
+		Some(relay.producer().with_root(&root)),
+	);
+	let client_side = session::start(
+		client_end,
+		client,
+		peer,
+		publish.map(|origin| origin.consumer()),
+		subscribe.map(|origin| origin.producer()),
+	);
+	(client_side, relay_side)
+}
+
+fn client(origin: u64, path: &str) -> Config {
+	Config {
+		origin,
+		path: Some(path.to_owned()),
+		role: None,
+	}
+}
+
+fn frame(seq: u64) -> Frame {
+	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())
+}
+
+fn publish(track: &TrackProducer, seq: u64) {
+	let mut group = track.create_group(seq).unwrap();
+	group.write_frame(frame(seq)).unwrap();
+	group.finish().unwrap();
+}
+
+/// A publisher client's local broadcast `name` with one track "video".
+fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, moq_net::model::Publication) {
+	let (broadcast, publication) = origin
+		.producer()
+		.create_broadcast(&Path::new(name), Default::default())
+		.unwrap();
+	let info = TrackInfo {
+		timescale: 1000,
+		latency_max: Duration::from_secs(7),
+		priority: 3,
+		ordered: true,
+	};
+	let track = broadcast.create_track("video", info).unwrap();
+	(broadcast, track, publication)
+}
+
+/// Waits until `origin` has a broadcast at `path`, through its announcement cursor.
+async fn announced(origin: &Origin, path: &str) -> moq_net::BroadcastConsumer {
+	let mut cursor = origin.consumer().announced(&Path::default());
+	loop {
+		let update = cursor.next().await;
+		if update.path == Path::new(path)
+			&& let Some(broadcast) = update.broadcast
+		{
+			return broadcast;
+		}
+	}
+}
+
+/// The next `n` (sequence, first frame's payload) of a cursor.
+async fn take(cursor: &mut TrackConsumer, n: usize) -> Vec<(u64, u64)> {
+	let mut got = Vec::new();
+	while got.len() < n {
+		let mut group = cursor.recv_group().await.unwrap().expect("a group");
+		let frame = group.read_frame().await.unwrap().unwrap();
+		let value = u64::from_le_bytes(frame.payload[..8].try_into().unwrap());
+		got.push((group.sequence(), value));
+	}
+	got
+}
+
+fn sub(priority: u8) -> Subscription {
+	Subscription {
+		priority,
+		..Subscription::default()
+	}
+}
+
+#[test]
+fn publish_then_subscribe_through_a_relay() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher, "bbb");
+		let (_p, _rp) = connect(&relay, client(1, "/live"), Some(&publisher), None).await;
+
+		let viewer = Origin::new(2);
+		let (_s, _rs) = connect(&relay, client(2, "/live"), None, Some(&viewer)).await;
+		// Announced through the relay, under the connection path's root.
+		let broadcast = announced(&viewer, "bbb").await;
+		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
+		// TRACK_INFO came from the publisher, through the relay.
+		let info = cursor.info_known().await.unwrap();
+		assert_eq!(
+			(info.timescale, info.latency_max, info.priority, info.ordered),
+			(1000, Duration::from_secs(7), 3, true)
+		);
+
+		// Demand reached the publisher.
+		track.used().await;
+		for seq in 0..5 {
+			publish(&track, seq);
+		}
+		assert_eq!(take(&mut cursor, 5).await, (0..5).map(|s| (s, s)).collect::<Vec<_>>());
+		// Frames keep their timestamps across both hops.
+		publish(&track, 5);
+		let mut group = cursor.recv_group().await.unwrap().unwrap();
+		assert_eq!(group.read_frame().await.unwrap().unwrap(), frame(5));
+
+		// SUBSCRIBE_END and FIN at finish: the viewer's cursor completes.
+		track.finish().unwrap();
+		assert!(cursor.recv_group().await.unwrap().is_none());
+		assert_eq!(cursor.finished().await, Ok(6));
+	});
+}
+
+#[test]
+fn the_connection_path_roots_the_session() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_b, _t, _p) = local_broadcast(&publisher, "cam");
+		let (_c, _r) = connect(&relay, client(1, "/room/alice?jwt=x"), Some(&publisher), None).await;
+		let consumer = relay.consumer();
+		let mut cursor = consumer.announced(&Path::default());
+		let update = cursor.next().await;
+		assert_eq!(
+			update.path,
+			Path::new("room/alice/cam"),
+			"the query is not part of the root"
+		);
+	});
+}
+
+#[test]
+fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
+		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
+		let early = Origin::new(2);
+		let (_ec, _er) = connect(&relay, client(2, ""), None, Some(&early)).await;
+		let mut first = announced(&early, "bbb").await.subscribe_track("video", sub(1)).unwrap();
+		track.used().await;
+		for seq in 0..4 {
+			publish(&track, seq);
+		}
+		assert_eq!(take(&mut first, 4).await.len(), 4);
+
+		let late = Origin::new(3);
+		let (_lc, _lr) = connect(&relay, client(3, ""), None, Some(&late)).await;
+		let mut second = announced(&late, "bbb").await.subscribe_track("video", sub(1)).unwrap();
+		// The relay already holds 0..=3: the late viewer starts at 3, the latest.
+		let got = take(&mut second, 1).await;
+		assert_eq!(got, vec![(3, 3)]);
+		publish(&track, 4);
+		assert_eq!(take(&mut second, 1).await, vec![(4, 4)]);
+		assert_eq!(take(&mut first, 1).await, vec![(4, 4)]);
+	});
+}
+
+#[test]
+fn downstream_demand_aggregates_into_one_upstream_subscription_and_cancels() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
+		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
+		let (a, b) = (Origin::new(2), Origin::new(3));
+		let (_ac, _ar) = connect(&relay, client(2, ""), None, Some(&a)).await;
+		let (_bc, _br) = connect(&relay, client(3, ""), None, Some(&b)).await;
+		let mut seen = 0;
+		let low = announced(&a, "bbb").await.subscribe_track("video", sub(1)).unwrap();
+		let demand = track.subscription_changed(&mut seen).await.unwrap();
+		assert_eq!(demand.priority, 1);
+		let high = announced(&b, "bbb").await.subscribe_track("video", sub(5)).unwrap();
+		// One upstream subscription carrying the maximum: a SUBSCRIBE_UPDATE, not a second one.
+		loop {
+			if track
+				.subscription_changed(&mut seen)
+				.await
+				.is_some_and(|d| d.priority == 5)
+			{
+				break;
+			}
+		}
+		drop(high);
+		loop {
+			if track
+				.subscription_changed(&mut seen)
+				.await
+				.is_some_and(|d| d.priority == 1)
+			{
+				break;
+			}
+		}
+		drop(low);
+		// The last downstream subscriber left: the relay FINs its upstream subscription.
+		track.unused().await;
+		assert_eq!(track.subscription(), None);
+	});
+}
+
+#[test]
+fn a_broadcast_is_never_reflected_back_to_the_peer_it_came_from() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		// A bidirectional client: publishes "bbb", and takes what the relay announces.
+		let local = Origin::new(1);
+		let (_b, _t, _p) = local_broadcast(&local, "bbb");
+		let (_c, _r) = connect(&relay, client(1, ""), Some(&local), Some(&local)).await;
+		let other = Origin::new(2);
+		let (_b2, _t2, _p2) = local_broadcast(&other, "ccc");
+		let (_c2, _r2) = connect(&relay, client(2, ""), Some(&other), None).await;
+		// The client sees "ccc" come back from the relay, never its own "bbb".
+		let ccc = announced(&local, "ccc").await;
+		assert!(!ccc.is_closed());
+		let mut cursor = local.consumer().announced(&Path::default());
+		let mut paths = Vec::new();
+		while let Some(update) = cursor.try_next() {
+			paths.push((update.path.to_string(), update.route.hops));
+		}
+		assert_eq!(
+			paths,
+			vec![("bbb".to_owned(), vec![]), ("ccc".to_owned(), vec![2, RELAY_ID])]
+		);
+	});
+}
+
+#[test]
+fn a_publisher_that_disconnects_ends_its_broadcast_for_subscribers() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
+		let (p_client, p_relay) = connect(&relay, client(1, ""), Some(&publisher), None).await;
+		let viewer = Origin::new(2);
+		let (_vc, _vr) = connect(&relay, client(2, ""), None, Some(&viewer)).await;
+		let broadcast = announced(&viewer, "bbb").await;
+		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut cursor, 1).await, vec![(0, 0)]);
+		drop(p_client);
+		drop(p_relay);
+		assert!(cursor.recv_group().await.is_err(), "the track ended with an error");
+		let mut updates = viewer.consumer().announced(&Path::default());
+		// The viewer's mirror of "bbb" went away (it may have been seen and then unannounced).
+		let mut present = false;
+		while let Some(update) = updates.try_next() {
+			present = update.broadcast.is_some();
+		}
+		if present {
+			let update = updates.next().await;
+			assert!(update.broadcast.is_none());
+		}
+	});
+}
+
+/// A raw peer: sends our own bytes to the relay after a valid SETUP exchange.
+async fn raw_peer(relay: &Origin) -> (Memory, Session<Memory>) {
+	let (raw, relay_end) = memory::pair();
+	let relay_config = Config {
+		origin: RELAY_ID,
+		..Config::default()
+	};
+	let relay_end2 = relay_end.clone();
+	let accept = kio::spawn(async move { session::setup(&relay_end2, &relay_config).await });
+	let mut setup = raw.open_uni().await.unwrap();
+	let mut bytes = Vec::new();
+	u64::from(DataType::Setup).encode(&mut bytes);
+	Setup::new().with_origin(77).encode(&mut bytes);
+	setup.write(Bytes::from(bytes)).await.unwrap();
+	setup.finish().unwrap();
+	let peer = accept.await.unwrap().unwrap();
+	let relay_side = session::start(
+		relay_end,
+		Config {
+			origin: RELAY_ID,
+			..Config::default()
+		},
+		peer,
+		Some(relay.consumer()),
+		Some(relay.producer()),
+	);
+	(raw, relay_side)
+}
+
+/// A healthy viewer of "bbb" through the relay, to prove bad input elsewhere leaves it alone.
+struct Healthy {
+	track: TrackProducer,
+	cursor: TrackConsumer,
+	next: u64,
+	_keep: Vec<Box<dyn std::any::Any>>,
+}
+
+impl Healthy {
+	async fn new(relay: &Origin) -> Self {
+		let publisher = Origin::new(1);
+		let (b, track, p) = local_broadcast(&publisher, "bbb");
+		let (pc, pr) = connect(relay, client(1, ""), Some(&publisher), None).await;
+		let viewer = Origin::new(2);
+		let (vc, vr) = connect(relay, client(2, ""), None, Some(&viewer)).await;
+		let cursor = announced(&viewer, "bbb")
+			.await
+			.subscribe_track("video", sub(1))
+			.unwrap();
+		track.used().await;
+		let keep: Vec<Box<dyn std::any::Any>> = vec![
+			Box::new(b),
+			Box::new(p),
+			Box::new(pc),
+			Box::new(pr),
+			Box::new(vc),
+			Box::new(vr),
+			Box::new(publisher),
+			Box::new(viewer),
+		];
+		Self {
+			track,
+			cursor,
+			next: 0,
+			_keep: keep,
+		}
+	}
+
+	/// One more group end to end.
+	async fn still_receives(&mut self) {
+		publish(&self.track, self.next);
+		assert_eq!(take(&mut self.cursor, 1).await, vec![(self.next, self.next)]);
+		self.next += 1;
+	}
+}
+
+async fn send_bi(raw: &Memory, bytes: Vec<u8>, fin: bool) -> (memory::MemorySend, memory::MemoryRecv) {
+	let (mut send, recv) = raw.open_bi().await.unwrap();
+	send.write(Bytes::from(bytes)).await.unwrap();
+	if fin {
+		send.finish().unwrap();
+	}
+	(send, recv)
+}
+
+fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
+	let mut bytes = Vec::new();
+	kind.encode(&mut bytes);
+	message.encode(&mut bytes);
+	bytes
+}
+
+/// Runs one bad-input case: the raw connection must close with `code`, and the healthy viewer
+/// must keep receiving before and after.
+async fn bad_input(case: impl AsyncFnOnce(&Memory), code: u64) {
+	let relay = Origin::new(RELAY_ID);
+	let mut healthy = Healthy::new(&relay).await;
+	healthy.still_receives().await;
+	let (raw, _relay_side) = raw_peer(&relay).await;
+	case(&raw).await;
+	assert_eq!(raw.closed().await, code);
+	healthy.still_receives().await;
+	healthy.still_receives().await;
+}
+
+#[test]
+fn a_malformed_message_closes_only_the_offender() {
+	kio::block_on(bad_input(
+		async |raw| {
+			// SUBSCRIBE whose declared length runs past its fields: Long, Decode (5).
+			let mut bytes = Vec::new();
+			u64::from(ControlType::Subscribe).encode(&mut bytes);
+			bytes.extend_from_slice(&[0x03, 0x00, 0x00, 0x00]);
+			let _keep = send_bi(raw, bytes, false).await;
+			std::mem::forget(_keep);
+		},
+		5,
+	));
+}
+
+#[test]
+fn an_over_long_path_closes_only_the_offender() {
+	kio::block_on(bad_input(
+		async |raw| {
+			// 40 segments: BoundsExceeded (11).
+			let mut body = Vec::new();
+			let path = vec!["a"; 40].join("/");
+			path.as_str().encode(&mut body);
+			"video".encode(&mut body);
+			let mut bytes = Vec::new();
+			u64::from(ControlType::Track).encode(&mut bytes);
+			(body.len() as u64).encode(&mut bytes);
+			bytes.extend_from_slice(&body);
+			std::mem::forget(send_bi(raw, bytes, false).await);
+		},
+		11,
+	));
+}
+
+#[test]
+fn a_premature_fin_closes_only_the_offender() {
+	kio::block_on(bad_input(
+		async |raw| {
+			// Half a TRACK, then FIN: the stream ended inside a message, Decode (5).
+			let bytes = typed(
+				u64::from(ControlType::Track),
+				&Track {
+					broadcast: Path::new("bbb"),
+					track: "video".into(),
+				},
+			);
+			std::mem::forget(send_bi(raw, bytes[..4].to_vec(), true).await);
+		},
+		5,
+	));
+}
+
+#[test]
+fn an_unknown_subscribe_id_closes_only_the_offender() {
+	kio::block_on(bad_input(
+		async |raw| {
+			let mut send = raw.open_uni().await.unwrap();
+			let bytes = typed(
+				u64::from(DataType::Group),
+				&GroupHeader {
+					subscribe_id: 999,
+					sequence: 0,
+				},
+			);
+			send.write(Bytes::from(bytes)).await.unwrap();
+			std::mem::forget(send);
+		},
+		15,
+	));
+}
+
+#[test]
+fn an_oversized_frame_closes_only_the_offender() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let mut healthy = Healthy::new(&relay).await;
+		// A publisher that answers a real subscription with a frame over the cap.
+		let publisher = Origin::new(5);
+		let (_b, track, _p) = local_broadcast(&publisher, "evil");
+		let (evil, relay_end) = memory::pair();
+		let relay_config = Config {
+			origin: RELAY_ID,
+			..Config::default()
+		};
+		let relay_end2 = relay_end.clone();
+		let accept = kio::spawn(async move { session::setup(&relay_end2, &relay_config).await });
+		let peer = session::setup(&evil, &client(5, "")).await.unwrap();
+		let relay_peer = accept.await.unwrap().unwrap();
+		let _relay_side = session::start(
+			relay_end,
+			Config {
+				origin: RELAY_ID,
+				..Config::default()
+			},
+			relay_peer,
+			Some(relay.consumer()),
+			Some(relay.producer()),
+		);
+		let _evil_session = session::start(evil.clone(), client(5, ""), peer, Some(publisher.consumer()), None);
+		let viewer = Origin::new(6);
+		let (_vc, _vr) = connect(&relay, client(6, ""), None, Some(&viewer)).await;
+		let _cursor = announced(&viewer, "evil")
+			.await
+			.subscribe_track("video", sub(1))
+			.unwrap();
+		track.used().await;
+		// Forge the group stream by hand (the model itself would refuse such a frame).
+		let mut send = evil.open_uni().await.unwrap();
+		let mut bytes = typed(
+			u64::from(DataType::Group),
+			&GroupHeader {
+				subscribe_id: 0,
+				sequence: 0,
+			},
+		);
+		FrameHeader {
+			timestamp_delta: 0,
+			size: session::MAX_FRAME + 1,
+		}
+		.encode(&mut bytes);
+		send.write(Bytes::from(bytes)).await.unwrap();
+		assert_eq!(evil.closed().await, 27);
+		healthy.still_receives().await;
+	});
+}
+
+#[test]
+fn an_unknown_stream_type_resets_only_that_stream() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let mut healthy = Healthy::new(&relay).await;
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		let (_send, mut recv) = send_bi(&raw, vec![0x2a], false).await;
+		let reset = kio::wait(|w| recv.poll_read(w)).await;
+		assert_eq!(reset, Err(moq_net::transport::TransportError::Reset(10)));
+		// The session is still open: a valid TRACK on it is answered.
+		let (_send, mut recv) = send_bi(
+			&raw,
+			typed(
+				u64::from(ControlType::Track),
+				&Track {
+					broadcast: Path::new("bbb"),
+					track: "video".into(),
+				},
+			),
+			true,
+		)
+		.await;
+		let info = kio::wait(|w| recv.poll_read(w)).await.unwrap().unwrap();
+		assert_eq!(info[0] as usize, info.len() - 1, "a TRACK_INFO message");
+		healthy.still_receives().await;
+	});
+}
+
+#[test]
+fn an_invalid_setup_closes_the_connection() {
+	kio::block_on(async {
+		let (raw, relay_end) = memory::pair();
+		let accept = kio::spawn(async move { session::setup(&relay_end, &Config::default()).await });
+		let mut setup = raw.open_uni().await.unwrap();
+		// SETUP with a duplicate parameter: Decode (5).
+		setup
+			.write(Bytes::from_static(&[
+				0x01, 0x07, 0x02, 0x05, 0x01, 0x01, 0x05, 0x01, 0x02,
+			]))
+			.await
+			.unwrap();
+		setup.finish().unwrap();
+		assert!(accept.await.unwrap().is_err());
+		assert_eq!(raw.closed().await, 5);
+	});
+}
+
+#[test]
+fn a_duplicate_subscribe_id_closes_only_the_offender() {
+	kio::block_on(bad_input(
+		async |raw| {
+			let subscribe = Subscribe {
+				id: 4,
+				broadcast: Path::new("bbb"),
+				track: "video".into(),
+				priority: 0,
+				ordered: false,
+				latency_max: Duration::ZERO,
+				start: None,
+				end: None,
+			};
+			let bytes = typed(u64::from(ControlType::Subscribe), &subscribe);
+			std::mem::forget(send_bi(raw, bytes.clone(), false).await);
+			std::mem::forget(send_bi(raw, bytes, false).await);
+		},
+		12,
+	));
+}
+
+#[test]
+fn sessions_on_different_workers_share_one_origin() {
+	let rt = kio::Builder::new().workers(2).pin(false).build().unwrap();
+	let relay = Origin::new(RELAY_ID);
+	let publisher_relay = relay.clone();
+	let done = kio::sync::Queue::<()>::bounded(1);
+	let viewer_done = done.clone();
+	// The publisher and its relay-side session live on worker 1; the viewer on worker 0.
+	let remote = rt.spawn_on(1, move || async move {
+		let publisher = Origin::new(1);
+		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
+		let (_pc, _pr) = connect(&publisher_relay, client(1, ""), Some(&publisher), None).await;
+		track.used().await;
+		for seq in 0..20 {
+			publish(&track, seq);
+			kio::yield_now().await;
+		}
+		track.finish().unwrap();
+		// Stay connected until the viewer has read the end.
+		done.pop().await;
+	});
+	let got = rt.block_on(async {
+		let viewer = Origin::new(2);
+		let (_vc, _vr) = connect(&relay, client(2, ""), None, Some(&viewer)).await;
+		let mut cursor = announced(&viewer, "bbb")
+			.await
+			.subscribe_track("video", sub(1))
+			.unwrap();
+		let mut got = Vec::new();
+		while let Some(mut group) = cursor.recv_group().await.unwrap() {
+			let frame = group.read_frame().await.unwrap().unwrap();
+			got.push((group.sequence(), frame.timestamp.value));
+		}
+		drop(cursor);
+		viewer_done.try_push(()).unwrap();
+		remote.await.unwrap();
+		got
+	});
+	assert!(!got.is_empty());
+	assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in order: {got:?}");
+	assert_eq!(got.last().map(|g| g.0), Some(19));
+}
