@@ -27,3 +27,9 @@ bench-fanout *REVS:
 # The model fan-out table, saved to bench/results/ (perf counter, else callgrind, else task-clock).
 bench-model:
 	cargo run --release -p bench --bin fanout -- model --save
+
+# Fuzz moq-net's wire decoders (cargo-fuzz; `cargo install cargo-fuzz`): `just fuzz group 300`
+# runs one target for 300 s, `just fuzz` every target for 10 s. Findings land in
+# moq-net/fuzz/artifacts/; see moq-net/fuzz/README.md.
+fuzz TARGET="all" SECONDS="10":
+	cd moq-net/fuzz && for target in $([ "{{TARGET}}" = all ] && cargo fuzz list || echo "{{TARGET}}"); do RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions "$target" -- -max_total_time={{SECONDS}} || exit 1; done

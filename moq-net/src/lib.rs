@@ -8,6 +8,10 @@
 //!
 //! [`transport`] abstracts a QUIC connection (streams, datagrams, close codes) and ships an
 //! in-memory implementation for tests and benchmarks.
+//!
+//! [`coding`] holds the wire primitives (varints, strings, paths; incremental, bounded
+//! [`Decode`](coding::Decode) / [`Encode`](coding::Encode)) and [`lite`] every moq-lite-05
+//! message, stream type and error code built from them. The model never imports either.
 
 #![forbid(unsafe_code)]
 

@@ -599,3 +599,20 @@ fn encode_panics_on_what_try_encode_refuses() {
 	}
 	.encode(&mut Vec::new());
 }
+
+#[test]
+fn the_model_knows_no_wire_format() {
+	let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/model");
+	for entry in std::fs::read_dir(dir).unwrap() {
+		let path = entry.unwrap().path();
+		let text = std::fs::read_to_string(&path).unwrap();
+		for forbidden in [
+			"crate::coding",
+			"crate::lite",
+			"super::super::coding",
+			"super::super::lite",
+		] {
+			assert!(!text.contains(forbidden), "{} uses {forbidden}", path.display());
+		}
+	}
+}
