@@ -47,6 +47,9 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
+/// Both halves of a bidirectional stream of transport `T`.
+pub type BiStream<T> = (<T as Transport>::Send, <T as Transport>::Recv);
+
 /// A connection.
 pub trait Transport {
 	/// The sending half of a stream.
@@ -57,11 +60,11 @@ pub trait Transport {
 	/// Opens a unidirectional stream.
 	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<Self::Send, TransportError>>;
 	/// Opens a bidirectional stream.
-	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<(Self::Send, Self::Recv), TransportError>>;
+	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<BiStream<Self>, TransportError>>;
 	/// Accepts the peer's next unidirectional stream.
 	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<Self::Recv, TransportError>>;
 	/// Accepts the peer's next bidirectional stream.
-	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<(Self::Send, Self::Recv), TransportError>>;
+	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<BiStream<Self>, TransportError>>;
 	/// Sends a datagram (best effort).
 	fn send_datagram(&self, payload: Bytes) -> Result<(), TransportError>;
 	/// Receives the next datagram.
@@ -103,7 +106,7 @@ pub trait TransportExt: Transport {
 		kio::wait(|w| self.poll_open_uni(w))
 	}
 	/// See [`Transport::poll_open_bi`].
-	fn open_bi(&self) -> impl Future<Output = Result<(Self::Send, Self::Recv), TransportError>> {
+	fn open_bi(&self) -> impl Future<Output = Result<BiStream<Self>, TransportError>> {
 		kio::wait(|w| self.poll_open_bi(w))
 	}
 	/// See [`Transport::poll_accept_uni`].
@@ -111,7 +114,7 @@ pub trait TransportExt: Transport {
 		kio::wait(|w| self.poll_accept_uni(w))
 	}
 	/// See [`Transport::poll_accept_bi`].
-	fn accept_bi(&self) -> impl Future<Output = Result<(Self::Send, Self::Recv), TransportError>> {
+	fn accept_bi(&self) -> impl Future<Output = Result<BiStream<Self>, TransportError>> {
 		kio::wait(|w| self.poll_accept_bi(w))
 	}
 	/// See [`Transport::poll_recv_datagram`].
