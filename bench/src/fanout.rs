@@ -78,3 +78,123 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 		delivered.get() - WARM_UP * subscribers as u64
 	})
 }
+
+/// Runs the session fan-out: a publisher session into a relay origin, and one viewer session out
+/// of it per subscriber, all over the in-memory transport on one pinned worker. Each cycle
+/// publishes one finished one-frame group; every viewer's application cursor takes it and reads
+/// its frame. Returns the deliveries measured.
+///
+/// Per delivered group per subscriber this counts the relay's serving (a uni stream, the group
+/// header, the frame), the viewer session's ingest (accept, decode, cache) and the viewer
+/// application's read, plus the executor's share.
+pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
+	use moq_net::model::Origin;
+	use moq_net::session::{self, Config};
+	use moq_net::transport::memory;
+	use moq_net::{Path, Subscription};
+
+	const RELAY: u64 = 1;
+	let rt = kio::Builder::new()
+		.workers(1)
+		.pin(true)
+		.build()
+		.expect("a kio runtime starts");
+	rt.block_on(async {
+		let relay = Origin::new(RELAY);
+		async fn connect(
+			relay: &Origin,
+			id: u64,
+			publish: Option<&Origin>,
+			subscribe: Option<&Origin>,
+		) -> (session::Session<memory::Memory>, session::Session<memory::Memory>) {
+			let (client, server) = memory::pair();
+			let server_config = Config {
+				origin: RELAY,
+				..Config::default()
+			};
+			let accept = {
+				let server = server.clone();
+				let config = server_config.clone();
+				kio::spawn(async move { session::setup(&server, &config).await })
+			};
+			let client_config = Config {
+				origin: id,
+				..Config::default()
+			};
+			let peer = session::setup(&client, &client_config).await.expect("client setup");
+			let server_peer = accept.await.expect("setup task").expect("relay setup");
+			let server_side = session::start(
+				server,
+				server_config,
+				server_peer,
+				Some(relay.consumer()),
+				Some(relay.producer()),
+			);
+			let client_side = session::start(
+				client,
+				client_config,
+				peer,
+				publish.map(Origin::consumer),
+				subscribe.map(Origin::producer),
+			);
+			(client_side, server_side)
+		}
+
+		let publisher = Origin::new(2);
+		let (broadcast, _publication) = publisher
+			.producer()
+			.create_broadcast(&Path::new("bench"), Default::default())
+			.expect("a broadcast");
+		let track = broadcast.create_track("t", TrackInfo::default()).expect("a track");
+		let _publisher_sessions = connect(&relay, 2, Some(&publisher), None).await;
+
+		let delivered = Rc::new(Cell::new(0u64));
+		let mut viewers = Vec::new();
+		let mut readers = Vec::new();
+		for index in 0..subscribers {
+			let local = Origin::new(10 + index as u64);
+			viewers.push(connect(&relay, 10 + index as u64, None, Some(&local)).await);
+			let delivered = delivered.clone();
+			readers.push(kio::spawn(async move {
+				let mut cursor = local.consumer().announced(&Path::default());
+				let broadcast = loop {
+					if let Some(broadcast) = cursor.next().await.broadcast {
+						break broadcast;
+					}
+				};
+				let mut track = broadcast
+					.subscribe_track("t", Subscription::default())
+					.expect("the track");
+				while let Ok(Some(mut group)) = track.recv_group().await {
+					if let Ok(Some(frame)) = group.read_frame().await {
+						std::hint::black_box(frame);
+						delivered.set(delivered.get() + 1);
+					}
+				}
+			}));
+		}
+		// Demand reaches the publisher once the relay forwarded a subscription.
+		track.used().await;
+		let payload = Bytes::from(vec![0x5a; PAYLOAD]);
+		let mut target = 0;
+		for cycle in 0..WARM_UP + cycles {
+			if cycle == WARM_UP {
+				meter.start();
+			}
+			let frame = Frame {
+				timestamp: Timestamp::new(cycle, 1000),
+				payload: payload.clone(),
+			};
+			track.write_frame(frame).expect("the track is open");
+			target += subscribers as u64;
+			while delivered.get() < target {
+				kio::yield_now().await;
+			}
+		}
+		meter.stop();
+		for reader in readers {
+			reader.abort();
+		}
+		delivered.get() - WARM_UP * subscribers as u64
+	})
+}

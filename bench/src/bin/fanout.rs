@@ -1,7 +1,7 @@
 //! `fanout`: instructions per delivered group per subscriber.
 //!
 //! ```text
-//! fanout [model] [--subscribers 1,64,512] [--runs 3] [--cycles N] [--source perf|callgrind|task-clock]
+//! fanout [model|session] [--subscribers 1,64,512] [--runs 3] [--cycles N] [--source perf|callgrind|task-clock]
 //!        [--save] [--json FILE]
 //! fanout compare --label NAME FILE [--label NAME FILE ...]
 //! ```
@@ -41,7 +41,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 	while let Some(arg) = args.next() {
 		let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
 		match arg.as_str() {
-			"model" => parsed.harness = arg,
+			"model" | "session" => parsed.harness = arg,
 			"--subscribers" => {
 				parsed.subscribers = value("--subscribers")?
 					.split(',')
@@ -75,6 +75,7 @@ fn default_cycles(source: Source, subscribers: usize) -> u64 {
 fn run_workload(harness: &str, subscribers: usize, cycles: u64, meter: &mut dyn counter::Meter) -> u64 {
 	match harness {
 		"model" => fanout::model(subscribers, cycles, meter),
+		"session" => fanout::session(subscribers, cycles, meter),
 		other => panic!("unknown harness {other}"),
 	}
 }
