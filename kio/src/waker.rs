@@ -312,11 +312,11 @@ pub(crate) fn with_polling_waiter<R, F: FnOnce(&Waiter) -> R>(waker: &Waker, pol
 	if waiter.is_null() || waker.data().addr() != data || !is_task_waker(waker) {
 		return Err(poll);
 	}
-	// SAFETY: shared-reference validity: `waiter` was stored by `polling` from a live `&Waiter`
-	// whose owner keeps it alive and unmoved until the `Polling` guard drops (see `polling`),
-	// and the guard is still alive because the pointer is non-null on this thread. Matching the
-	// waker's data proves `waker` belongs to that task. Only a shared reference is made, and
-	// `Waiter`'s interior mutability is `Cell`s used on this thread alone.
+	// `waiter` was stored by `polling` from a live `&Waiter` whose owner keeps it alive and
+	// unmoved until the `Polling` guard drops (see `polling`); the guard is alive because the
+	// pointer is non-null on this thread. Matching the waker's data proves `waker` belongs to
+	// that task. `Waiter`'s interior mutability is `Cell`s used on this thread alone.
+	// SAFETY: shared-reference validity: the pointee is alive, unmoved and only shared here.
 	Ok(poll(unsafe { &*waiter }))
 }
 

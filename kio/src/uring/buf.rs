@@ -241,10 +241,11 @@ impl RxBuf {
 	/// The bytes the kernel wrote.
 	pub(crate) fn bytes(&self) -> &[u8] {
 		let start = self.ring.bufs + usize::from(self.bid) * self.ring.buf_size;
-		// SAFETY: the buffer is out of the ring (this lease holds its id), so the kernel does not
-		// write it; it wrote these `len <= buf_size` bytes before posting the completion that
-		// handed the id over, and that completion was reaped on this thread (the CQ tail load
-		// is an acquire). The mapping lives as long as `ring`.
+		// The buffer is out of the ring (this lease holds its id), so the kernel does not write
+		// it; it wrote these `len <= buf_size` bytes before posting the completion that handed
+		// the id over, and that completion was reaped on this thread (the CQ tail load is an
+		// acquire).
+		// SAFETY: slice validity: initialised, unaliased by writers, and mapped while `ring` lives.
 		unsafe { std::slice::from_raw_parts(self.ring.map.as_ptr().add(start), self.len) }
 	}
 }

@@ -57,10 +57,11 @@ pub(crate) fn recv_multi(fd: &Rc<Fd>, ring: &Rc<BufRing>) -> io::Result<MultiOp>
 		},
 	});
 	let sqe = opcode::RecvMsgMulti::new(types::Fd(fd.raw()), &raw const keep._hdr, ring.bgid()).build();
-	// SAFETY: the entry points at the boxed `msghdr` (kept by the slot until the terminal
-	// completion) and selects buffers from `ring`, which `Produces::Buf` keeps registered and
-	// mapped while the operation lives. The fd is kept open by the box's `Rc<Fd>`.
-	// A group id means something only on the ring it was registered with: start there or fail.
+	// The entry points at the boxed `msghdr` (kept by the slot until the terminal completion)
+	// and selects buffers from `ring`, which `Produces::Buf` keeps registered and mapped while
+	// the operation lives; the fd is kept open by the box's `Rc<Fd>`. A group id means something
+	// only on the ring it was registered with: start there or fail.
+	// SAFETY: io_uring buffer ownership: everything the entry references outlives its completion.
 	unsafe { MultiOp::start(Some(ring.serial()), sqe, keep, Produces::Buf(ring.clone())) }
 }
 
