@@ -3,19 +3,23 @@
 
 use std::task::{Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use kio::Waiter;
 
 use super::SessionError;
 use crate::coding::{Decode, DecodeError, Encode};
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
 
-/// A receive stream with a reassembly buffer. The buffer never holds more than one message
-/// (capped by the decoders) plus one chunk.
+/// A receive stream with a reassembly buffer. The common case, a message or a payload that
+/// arrives in one chunk, is decoded from the chunk itself: no copy, no allocation. Only a
+/// message split across chunks is copied into `buf` (never more than one message, capped by the
+/// decoders, plus one chunk).
 pub(crate) struct Reader<R> {
 	recv: R,
+	/// Unread bytes of the last chunk, while `buf` is empty.
+	chunk: Bytes,
+	/// Reassembly of a message split across chunks.
 	buf: Vec<u8>,
-	pos: usize,
 	fin: bool,
 }
 
@@ -23,36 +27,41 @@ impl<R: RecvStream> Reader<R> {
 	pub(crate) fn new(recv: R) -> Self {
 		Self {
 			recv,
+			chunk: Bytes::new(),
 			buf: Vec::new(),
-			pos: 0,
 			fin: false,
 		}
 	}
 
 	fn buffered(&self) -> &[u8] {
-		&self.buf[self.pos..]
+		if self.buf.is_empty() { &self.chunk } else { &self.buf }
 	}
 
 	fn consume(&mut self, n: usize) {
-		self.pos += n;
-		if self.pos == self.buf.len() {
-			self.buf.clear();
-			self.pos = 0;
+		if self.buf.is_empty() {
+			self.chunk.advance(n);
+		} else {
+			self.buf.drain(..n);
 		}
 	}
 
-	/// Reads one more chunk into the buffer; `false` once the stream has ended.
+	/// Reads one more chunk; `false` once the stream has ended.
 	fn poll_fill(&mut self, waiter: &Waiter) -> Poll<Result<bool, SessionError>> {
 		if self.fin {
 			return Poll::Ready(Ok(false));
 		}
 		match ready!(self.recv.poll_read(waiter)) {
 			Ok(Some(chunk)) => {
-				if self.pos > 0 && self.pos == self.buf.len() {
+				if self.buffered().is_empty() {
 					self.buf.clear();
-					self.pos = 0;
+					self.chunk = chunk;
+				} else {
+					if self.buf.is_empty() {
+						self.buf.extend_from_slice(&self.chunk);
+						self.chunk = Bytes::new();
+					}
+					self.buf.extend_from_slice(&chunk);
 				}
-				self.buf.extend_from_slice(&chunk);
 				Poll::Ready(Ok(true))
 			}
 			Ok(None) => {
@@ -103,22 +112,14 @@ impl<R: RecvStream> Reader<R> {
 	) -> Poll<Result<Option<Bytes>, SessionError>> {
 		loop {
 			if self.buffered().len() >= size {
-				let payload = Bytes::copy_from_slice(&self.buffered()[..size]);
-				self.consume(size);
+				let payload = if self.buf.is_empty() {
+					self.chunk.split_to(size)
+				} else {
+					let payload = Bytes::copy_from_slice(&self.buf[..size]);
+					self.buf.drain(..size);
+					payload
+				};
 				return Poll::Ready(Ok(Some(payload)));
-			}
-			if self.buffered().is_empty() && !self.fin {
-				match ready!(self.recv.poll_read(waiter)) {
-					Ok(Some(chunk)) if chunk.len() >= size => {
-						let payload = chunk.slice(..size);
-						self.buf.extend_from_slice(&chunk[size..]);
-						return Poll::Ready(Ok(Some(payload)));
-					}
-					Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
-					Ok(None) => self.fin = true,
-					Err(err) => return Poll::Ready(Err(SessionError::Transport(err))),
-				}
-				continue;
 			}
 			if !ready!(self.poll_fill(waiter))? {
 				return Poll::Ready(Ok(None));

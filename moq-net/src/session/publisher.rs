@@ -4,11 +4,12 @@
 use std::rc::Rc;
 use std::task::Poll;
 
+use bytes::Bytes;
 use kio::JoinHandle;
 
 use super::io::{self, Reader, Sending};
 use super::{Inner, SessionError};
-use crate::coding::DecodeError;
+use crate::coding::{DecodeError, Encode};
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
 	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
@@ -307,28 +308,34 @@ async fn serve_group<T: Transport + 'static>(
 	};
 	send.set_priority(priority);
 	let mut send = Sending::new(send);
+	// The stream type and group header travel with the first frame's header: one chunk less
+	// per group.
+	let mut prefix = Vec::new();
 	let header = GroupHeader {
 		subscribe_id,
 		sequence: group.sequence(),
 	};
-	if io::write_typed(&mut send.send, u64::from(DataType::Group), &header)
-		.await
-		.is_err()
-	{
+	let encoded = u64::from(DataType::Group)
+		.try_encode(&mut prefix)
+		.and_then(|()| header.try_encode(&mut prefix));
+	if encoded.is_err() {
+		send.reset(ErrorCode::Encode.code());
 		return;
 	}
-	if let Err(err) = write_frames(&mut send, &mut group, timescale).await {
+	if let Err(err) = write_frames(&mut send, &mut group, timescale, prefix).await {
 		send.reset(err.code());
 		return;
 	}
 	let _ = send.finish();
 }
 
-/// Writes a group's frames (timestamps as deltas in `timescale`) until it ends.
+/// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with `prefix`
+/// (stream type and group header, if any) in front of the first frame's header.
 async fn write_frames<S: SendStream>(
 	send: &mut Sending<S>,
 	group: &mut GroupConsumer,
 	timescale: u64,
+	mut prefix: Vec<u8>,
 ) -> Result<(), SessionError> {
 	let mut last = 0i64;
 	while let Some(frame) = group.read_frame().await.map_err(SessionError::Model)? {
@@ -343,8 +350,19 @@ async fn write_frames<S: SendStream>(
 			size: frame.payload.len() as u64,
 		};
 		last = stamp;
-		io::write(&mut send.send, &header).await?;
+		header.try_encode(&mut prefix).map_err(SessionError::Encode)?;
+		send.send
+			.write(Bytes::from(std::mem::take(&mut prefix)))
+			.await
+			.map_err(SessionError::Transport)?;
 		send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
+	}
+	if !prefix.is_empty() {
+		// A group without frames still sends its header.
+		send.send
+			.write(Bytes::from(prefix))
+			.await
+			.map_err(SessionError::Transport)?;
 	}
 	Ok(())
 }
@@ -365,7 +383,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	write_frames(send, &mut group, info.timescale).await?;
+	write_frames(send, &mut group, info.timescale, Vec::new()).await?;
 	send.finish()
 }
 
