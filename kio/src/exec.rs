@@ -214,21 +214,28 @@ struct Enter;
 
 impl Enter {
 	fn new(core: &Rc<Core>) -> Self {
-		CORE.with(|slot| {
+		Self::try_new(core).expect("kio: the thread-local worker slot is gone (thread exiting)")
+	}
+
+	/// `None` while the thread's locals are being destroyed (a runtime kept in a thread-local
+	/// and dropped with it): shutdown then runs without a current worker.
+	fn try_new(core: &Rc<Core>) -> Option<Self> {
+		CORE.try_with(|slot| {
 			let mut slot = slot.borrow_mut();
 			assert!(
 				slot.is_none(),
 				"a kio worker is already running on this thread (nested block_on?)"
 			);
 			*slot = Some(core.clone());
-		});
-		Self
+		})
+		.ok()
+		.map(|()| Self)
 	}
 }
 
 impl Drop for Enter {
 	fn drop(&mut self) {
-		let core = CORE.with(|slot| slot.borrow_mut().take());
+		let core = CORE.try_with(|slot| slot.borrow_mut().take()).ok().flatten();
 		drop(core);
 	}
 }
@@ -731,7 +738,7 @@ impl Drop for Runtime {
 			let _ = thread.join();
 		}
 		{
-			let _enter = Enter::new(&self.core);
+			let _enter = Enter::try_new(&self.core);
 			self.core.shutdown();
 		}
 		if let Some(cpus) = &self.restore_affinity {

@@ -422,3 +422,31 @@ fn block_on_may_borrow_from_the_caller() {
 	});
 	assert_eq!(local, [1, 2, 3, 4]);
 }
+
+#[test]
+fn a_runtime_kept_in_a_thread_local_drops_with_the_thread() {
+	thread_local! {
+		static RUNTIME: std::cell::RefCell<Option<Runtime>> = const { std::cell::RefCell::new(None) };
+	}
+	let thread = std::thread::spawn(|| {
+		RUNTIME.with(|runtime| {
+			let runtime = runtime
+				.borrow_mut()
+				.insert(single())
+				.block_on(async { kio::spawn(async { 3 }).await.unwrap() });
+			assert_eq!(runtime, 3);
+		});
+		RUNTIME.with(|runtime| {
+			// A pending task and timer are released when the thread's locals are destroyed.
+			let runtime = runtime.borrow();
+			let pending = runtime
+				.as_ref()
+				.unwrap()
+				.spawn(async { kio::time::sleep(Duration::from_secs(3600)).await });
+			drop(pending);
+		});
+	});
+	thread
+		.join()
+		.expect("dropping the runtime during thread-local destruction does not panic");
+}
