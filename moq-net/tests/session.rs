@@ -647,3 +647,40 @@ fn sessions_on_different_workers_share_one_origin() {
 	assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in order: {got:?}");
 	assert_eq!(got.last().map(|g| g.0), Some(19));
 }
+
+#[test]
+fn fetch_serves_a_cached_group_and_resets_an_unknown_one() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_b, track, _p) = local_broadcast(&relay, "bbb");
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		let fetch = |group| moq_net::lite::Fetch {
+			broadcast: Path::new("bbb"),
+			track: "video".into(),
+			priority: 0,
+			group,
+		};
+		let (_send, mut recv) = send_bi(&raw, typed(u64::from(ControlType::Fetch), &fetch(1)), true).await;
+		let mut bytes = Vec::new();
+		while let Some(chunk) = kio::wait(|w| recv.poll_read(w)).await.unwrap() {
+			bytes.extend_from_slice(&chunk);
+		}
+		// One frame, its timestamp from a zero baseline: 33 ms at timescale 1000, then 8 bytes.
+		let mut expected = Vec::new();
+		FrameHeader {
+			timestamp_delta: 33,
+			size: 8,
+		}
+		.encode(&mut expected);
+		expected.extend_from_slice(&1u64.to_le_bytes());
+		assert_eq!(bytes, expected);
+		let (_send, mut recv) = send_bi(&raw, typed(u64::from(ControlType::Fetch), &fetch(9)), true).await;
+		assert_eq!(
+			kio::wait(|w| recv.poll_read(w)).await,
+			Err(moq_net::transport::TransportError::Reset(13))
+		);
+	});
+}
