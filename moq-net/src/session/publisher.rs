@@ -14,7 +14,9 @@ use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
 	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
 };
-use crate::model::{self, GroupConsumer, OriginConsumer, Subscription, Update};
+use crate::model::{
+	self, BroadcastConsumer, GroupConsumer, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo, Update,
+};
 use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
 
 /// Accepts the peer's bidirectional streams and serves each in its own task.
@@ -147,6 +149,21 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	}
 }
 
+/// The broadcast at `path`, or NotFound (13).
+fn broadcast(origin: &OriginConsumer, path: &Path) -> Result<BroadcastConsumer, SessionError> {
+	origin
+		.get_broadcast(path)
+		.ok_or(SessionError::Model(model::Error::NotFound))
+}
+
+/// A cursor on track `name` of the broadcast at `path`, and its info once known (an on-demand
+/// track's info comes from upstream: this waits for it).
+async fn resolve(origin: &OriginConsumer, path: &Path, name: &str) -> Result<(TrackConsumer, TrackInfo), SessionError> {
+	let track = broadcast(origin, path)?.track(name).map_err(SessionError::Model)?;
+	let info = track.info_known().await.map_err(SessionError::Model)?;
+	Ok((track, info))
+}
+
 async fn track<S: SendStream, R: RecvStream>(
 	send: &mut Sending<S>,
 	reader: &mut Reader<R>,
@@ -155,12 +172,7 @@ async fn track<S: SendStream, R: RecvStream>(
 	let Some(request) = reader.decode::<Track>().await? else {
 		return Ok(());
 	};
-	let broadcast = origin
-		.get_broadcast(&request.broadcast)
-		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	let track = broadcast.track(&request.track).map_err(SessionError::Model)?;
-	// An on-demand track's info comes from upstream: wait for it.
-	let info = track.info_known().await.map_err(SessionError::Model)?;
+	let (_track, info) = resolve(origin, &request.broadcast, &request.track).await?;
 	let reply = WireTrackInfo {
 		priority: info.priority,
 		ordered: info.ordered,
@@ -220,9 +232,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	if !inner.served.borrow_mut().insert(request.id) {
 		return Err(SessionError::Protocol(ErrorCode::Duplicate));
 	}
-	let broadcast = origin
-		.get_broadcast(&request.broadcast)
-		.ok_or(SessionError::Model(model::Error::NotFound))?;
+	let broadcast = broadcast(origin, &request.broadcast)?;
 	let mut subscription = Subscription {
 		priority: request.priority,
 		ordered: request.ordered,
@@ -375,11 +385,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let Some(request) = reader.decode::<Fetch>().await? else {
 		return Ok(());
 	};
-	let broadcast = origin
-		.get_broadcast(&request.broadcast)
-		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	let track = broadcast.track(&request.track).map_err(SessionError::Model)?;
-	let info = track.info_known().await.map_err(SessionError::Model)?;
+	let (track, info) = resolve(origin, &request.broadcast, &request.track).await?;
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
