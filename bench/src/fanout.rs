@@ -24,6 +24,34 @@ pub const PAYLOAD: usize = 1200;
 
 const WARM_UP: u64 = 2;
 
+/// Publishes `WARM_UP + cycles` finished one-frame groups on `track`, each once every subscriber
+/// took the previous one (`delivered` reached the target), and meters the last `cycles`.
+async fn publish_cycles(
+	track: &TrackProducer,
+	subscribers: usize,
+	cycles: u64,
+	delivered: &Cell<u64>,
+	meter: &mut dyn Meter,
+) {
+	let payload = Bytes::from(vec![0x5a; PAYLOAD]);
+	let mut target = 0;
+	for cycle in 0..WARM_UP + cycles {
+		if cycle == WARM_UP {
+			meter.start();
+		}
+		let frame = Frame {
+			timestamp: Timestamp::new(cycle, 1000),
+			payload: payload.clone(),
+		};
+		track.write_frame(frame).expect("the track is open");
+		target += subscribers as u64;
+		while delivered.get() < target {
+			kio::yield_now().await;
+		}
+	}
+	meter.stop();
+}
+
 /// Runs the model fan-out with `subscribers` tasks for `cycles` measured cycles; returns the
 /// number of deliveries measured.
 pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
@@ -51,26 +79,7 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 			.collect();
 		// Let every reader park on the track before the first group.
 		kio::yield_now().await;
-		let payload = Bytes::from(vec![0x5a; PAYLOAD]);
-		let publish = |cycle: u64| {
-			let frame = Frame {
-				timestamp: Timestamp::new(cycle, 1000),
-				payload: payload.clone(),
-			};
-			track.write_frame(frame).expect("the track is open");
-		};
-		let mut target = 0;
-		for cycle in 0..WARM_UP + cycles {
-			if cycle == WARM_UP {
-				meter.start();
-			}
-			publish(cycle);
-			target += subscribers as u64;
-			while delivered.get() < target {
-				kio::yield_now().await;
-			}
-		}
-		meter.stop();
+		publish_cycles(&track, subscribers, cycles, &delivered, meter).await;
 		track.finish().expect("the track is open");
 		for reader in readers {
 			reader.await.expect("readers end cleanly");
@@ -175,23 +184,7 @@ pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 		}
 		// Demand reaches the publisher once the relay forwarded a subscription.
 		track.used().await;
-		let payload = Bytes::from(vec![0x5a; PAYLOAD]);
-		let mut target = 0;
-		for cycle in 0..WARM_UP + cycles {
-			if cycle == WARM_UP {
-				meter.start();
-			}
-			let frame = Frame {
-				timestamp: Timestamp::new(cycle, 1000),
-				payload: payload.clone(),
-			};
-			track.write_frame(frame).expect("the track is open");
-			target += subscribers as u64;
-			while delivered.get() < target {
-				kio::yield_now().await;
-			}
-		}
-		meter.stop();
+		publish_cycles(&track, subscribers, cycles, &delivered, meter).await;
 		for reader in readers {
 			reader.abort();
 		}
