@@ -24,6 +24,15 @@ pub const PAYLOAD: usize = 1200;
 
 const WARM_UP: u64 = 2;
 
+/// One pinned worker: both harnesses measure a single thread.
+fn pinned_worker() -> kio::Runtime {
+	kio::Builder::new()
+		.workers(1)
+		.pin(true)
+		.build()
+		.expect("a kio runtime starts")
+}
+
 /// Publishes `WARM_UP + cycles` finished one-frame groups on `track`, each once every subscriber
 /// took the previous one (`delivered` reached the target), and meters the last `cycles`.
 async fn publish_cycles(
@@ -55,11 +64,7 @@ async fn publish_cycles(
 /// Runs the model fan-out with `subscribers` tasks for `cycles` measured cycles; returns the
 /// number of deliveries measured.
 pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
-	let rt = kio::Builder::new()
-		.workers(1)
-		.pin(true)
-		.build()
-		.expect("a kio runtime starts");
+	let rt = pinned_worker();
 	rt.block_on(async {
 		let track = TrackProducer::new("bench", TrackInfo::default());
 		let delivered = Rc::new(Cell::new(0u64));
@@ -103,11 +108,7 @@ pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	use moq_net::{Path, Subscription};
 
 	const RELAY: u64 = 1;
-	let rt = kio::Builder::new()
-		.workers(1)
-		.pin(true)
-		.build()
-		.expect("a kio runtime starts");
+	let rt = pinned_worker();
 	rt.block_on(async {
 		let relay = Origin::new(RELAY);
 		async fn connect(

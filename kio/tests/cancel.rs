@@ -3,28 +3,14 @@
 //! connections landing on operations whose owners are gone. Afterwards the driver's op, buffer
 //! and fd counters must be back to zero.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
 use kio::net::{TcpListener, TcpStream, Transmit, UdpConfig, UdpSocket};
 use kio::{Builder, IoCounters};
 
-fn local() -> SocketAddr {
-	"127.0.0.1:0".parse().unwrap()
-}
-
-/// Polls `fut` once and returns it (so its operation is staged, spilled or in the kernel).
-async fn poll_once<F: Future + Unpin>(mut fut: F) -> F {
-	std::future::poll_fn(|cx| {
-		let _ = Pin::new(&mut fut).poll(cx);
-		Poll::Ready(())
-	})
-	.await;
-	fut
-}
+mod common;
+use common::{local, poll_once};
 
 /// Yields until `cond` holds, failing after 10 s of runtime clock.
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {

@@ -2,18 +2,14 @@
 //! is staged, cancels everything, reaps to empty within its deadline, closes the ring, and only
 //! then frees. The driver's counters (`kio::io_counters`, per thread) must all be back to zero.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use kio::net::{TcpListener, TcpStream, Transmit, UdpConfig, UdpSocket};
 use kio::{Builder, IoCounters};
 
-fn local() -> SocketAddr {
-	"127.0.0.1:0".parse().unwrap()
-}
+mod common;
+use common::{local, poll_once};
 
 fn assert_no_leaks(what: &str) {
 	let c = kio::io_counters();
@@ -27,16 +23,6 @@ fn assert_no_leaks(what: &str) {
 		IoCounters::default(),
 		"{what}: the driver still holds something: {c:?}"
 	);
-}
-
-/// Polls `fut` once and returns it (so its operation is staged or in the kernel).
-async fn poll_once<F: Future + Unpin>(mut fut: F) -> F {
-	std::future::poll_fn(|cx| {
-		let _ = Pin::new(&mut fut).poll(cx);
-		Poll::Ready(())
-	})
-	.await;
-	fut
 }
 
 #[test]

@@ -430,7 +430,8 @@ impl TrackProducer {
 
 	/// Whether the track ended (finished or aborted).
 	pub fn is_ended(&self) -> bool {
-		!self.state.lock().is_live() || self.state.lock().final_sequence.is_some()
+		let state = self.state.lock();
+		!state.is_live() || state.final_sequence.is_some()
 	}
 
 	/// The aggregate demand, `None` when nobody subscribes.
