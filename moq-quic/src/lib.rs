@@ -1,0 +1,2 @@
+//! QUIC on quinn-proto, driven by kio.
+#![forbid(unsafe_code)]

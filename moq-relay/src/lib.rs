@@ -1,0 +1,2 @@
+//! The moq-lite-05 relay.
+#![forbid(unsafe_code)]

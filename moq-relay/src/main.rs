@@ -1,0 +1,3 @@
+//! `moq-relay`: see the crate README.
+#![forbid(unsafe_code)]
+fn main() {}
