@@ -1,2 +1,4 @@
 //! QUIC on quinn-proto, driven by kio.
 #![forbid(unsafe_code)]
+
+pub mod scheduler;

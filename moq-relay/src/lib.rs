@@ -1,2 +1,6 @@
 //! The moq-lite-05 relay.
 #![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod http;

@@ -1,0 +1,1 @@
+//! The send scheduler (being written).
