@@ -1,1 +1,672 @@
-//! (http: being written)
+//! The relay's HTTP endpoints, on TCP: health, the certificate fingerprint and metrics.
+//!
+//! | Request                        | Response                                                      |
+//! |--------------------------------|---------------------------------------------------------------|
+//! | `GET /health`                  | `200`, `ok\n`                                                 |
+//! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER, no newline (a browser passes it to `serverCertificateHashes` as is) |
+//! | `GET /metrics`                 | `200`, Prometheus text ([`metrics`](crate::metrics))          |
+//! | `HEAD` of those                | the same headers, no body                                     |
+//! | any other path                 | `404`                                                         |
+//! | any other method               | `405`, `Allow: GET, HEAD`                                     |
+//!
+//! HTTP/1.1 with keep-alive (scrapers reuse their connection), pipelined requests answered in
+//! order; `Connection: close`, an HTTP/1.0 request without `keep-alive`, or a request with a
+//! body (which this server never reads) ends the connection after the response.
+//!
+//! Peer input is bounded: a request head over [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers gets
+//! `431`, an unparsable one `400`, and both end the connection. Each request must arrive, and
+//! its response be taken, within [`Routes::timeout`] of the connection becoming idle, so a
+//! client that connects and says nothing (or reads nothing) costs a task for that long at most.
+//! At most [`Routes::max_connections`] connections are served at once; more are closed as they
+//! are accepted. The server closes "lingering": it shuts its side down and reads what the peer
+//! still sends for a moment, so an unread request does not turn the close into a reset that
+//! would destroy the error response before the client reads it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Duration;
+
+use kio::net::{TcpListener, TcpStream};
+use kio::time::Deadline;
+use kio::{JoinHandle, Waiter};
+
+use crate::metrics;
+
+/// The largest request head (request line and headers) read.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// The most headers a request may have.
+pub const MAX_HEADERS: usize = 32;
+/// The most bytes read from a peer while closing.
+const MAX_LINGER: usize = 64 * 1024;
+
+/// What the endpoints serve, and the server's limits.
+pub struct Routes {
+	fingerprint: String,
+	metrics: Rc<dyn Fn() -> String>,
+	/// How long an idle connection, or one sending a request or taking a response, may take.
+	pub timeout: Duration,
+	/// Connections served at once.
+	pub max_connections: usize,
+}
+
+impl Routes {
+	/// Serves `fingerprint` (see [`fingerprint`]) and the exposition `metrics` renders, with a
+	/// 10 s timeout and 256 connections at most.
+	pub fn new(fingerprint: impl Into<String>, metrics: impl Fn() -> String + 'static) -> Self {
+		Self {
+			fingerprint: fingerprint.into(),
+			metrics: Rc::new(metrics),
+			timeout: Duration::from_secs(10),
+			max_connections: 256,
+		}
+	}
+
+	/// With another timeout.
+	pub fn with_timeout(mut self, timeout: Duration) -> Self {
+		self.timeout = timeout;
+		self
+	}
+
+	/// With another connection limit.
+	pub fn with_max_connections(mut self, max: usize) -> Self {
+		self.max_connections = max;
+		self
+	}
+
+	fn respond(&self, head: &Head) -> Response {
+		if head.method != "GET" && head.method != "HEAD" {
+			return Response::text(405, "method not allowed\n").header("allow", "GET, HEAD");
+		}
+		// The query plays no part in routing.
+		let path = head
+			.target
+			.split_once('?')
+			.map_or(head.target.as_str(), |(path, _)| path);
+		match path {
+			"/health" => Response::text(200, "ok\n"),
+			"/certificate.sha256" => Response::text(200, self.fingerprint.clone()),
+			"/metrics" => Response::new(200, metrics::CONTENT_TYPE, (self.metrics)()),
+			_ => Response::text(404, "not found\n"),
+		}
+	}
+}
+
+impl std::fmt::Debug for Routes {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("Routes")
+			.field("fingerprint", &self.fingerprint)
+			.field("timeout", &self.timeout)
+			.field("max_connections", &self.max_connections)
+			.finish_non_exhaustive()
+	}
+}
+
+/// The lowercase hex SHA-256 of `der`, as `/certificate.sha256` serves it.
+pub fn fingerprint(der: &[u8]) -> String {
+	let digest = ring::digest::digest(&ring::digest::SHA256, der);
+	let mut hex = String::with_capacity(64);
+	for byte in digest.as_ref() {
+		let _ = write!(hex, "{byte:02x}");
+	}
+	hex
+}
+
+/// The connection tasks of one [`serve`], aborted when it is dropped (on shutdown the relay
+/// aborts the server's task, and idle keep-alive connections must not outlive it).
+#[derive(Default)]
+struct Connections {
+	tasks: RefCell<HashMap<u64, JoinHandle<()>>>,
+	next: Cell<u64>,
+}
+
+struct AbortOnDrop(Rc<Connections>);
+
+impl Drop for AbortOnDrop {
+	fn drop(&mut self) {
+		for (_, task) in self.0.tasks.borrow_mut().drain() {
+			task.abort();
+		}
+	}
+}
+
+/// Accepts connections on `listener` and serves each in a task of this worker, until the
+/// returned future is dropped (which closes every connection it opened).
+pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
+	let connections = Rc::new(Connections::default());
+	let _guard = AbortOnDrop(connections.clone());
+	loop {
+		let (stream, peer) = match listener.accept().await {
+			Ok(accepted) => accepted,
+			Err(e) => {
+				// Out of descriptors, most likely: pause so a persistent error does not spin.
+				tracing::warn!(error = %e, "http: accept failed");
+				kio::time::sleep(Duration::from_millis(100)).await;
+				continue;
+			}
+		};
+		if connections.tasks.borrow().len() >= routes.max_connections {
+			tracing::debug!(%peer, "http: connection limit reached, closing");
+			continue;
+		}
+		let id = connections.next.get();
+		connections.next.set(id + 1);
+		let task = kio::spawn({
+			let routes = routes.clone();
+			let connections = connections.clone();
+			async move {
+				if let Err(e) = connection(stream, &routes).await {
+					tracing::debug!(%peer, error = %e, "http: connection ended");
+				}
+				connections.tasks.borrow_mut().remove(&id);
+			}
+		});
+		connections.tasks.borrow_mut().insert(id, task);
+	}
+}
+
+/// What is kept of a parsed request head.
+struct Head {
+	method: String,
+	target: String,
+	keep_alive: bool,
+	has_body: bool,
+}
+
+enum Parsed {
+	Complete(Head, usize),
+	Partial,
+	/// Answer with this status and close.
+	Refuse(u16),
+}
+
+fn parse(buf: &[u8]) -> Parsed {
+	let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+	let mut request = httparse::Request::new(&mut headers);
+	let len = match request.parse(buf) {
+		Ok(httparse::Status::Complete(len)) => len,
+		Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Parsed::Refuse(431),
+		Ok(httparse::Status::Partial) => return Parsed::Partial,
+		Err(httparse::Error::TooManyHeaders) => return Parsed::Refuse(431),
+		Err(_) => return Parsed::Refuse(400),
+	};
+	if len > MAX_HEAD {
+		return Parsed::Refuse(431);
+	}
+	let (Some(method), Some(target), Some(version)) = (request.method, request.path, request.version) else {
+		return Parsed::Refuse(400);
+	};
+	let tokens = |name: &str, token: &str| {
+		request.headers.iter().any(|h| {
+			h.name.eq_ignore_ascii_case(name)
+				&& h.value
+					.split(|&b| b == b',')
+					.any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+		})
+	};
+	let keep_alive = if version >= 1 {
+		!tokens("connection", "close")
+	} else {
+		tokens("connection", "keep-alive")
+	};
+	let has_body = request.headers.iter().any(|h| {
+		h.name.eq_ignore_ascii_case("transfer-encoding")
+			|| (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0")
+	});
+	let head = Head {
+		method: method.to_owned(),
+		target: target.to_owned(),
+		keep_alive,
+		has_body,
+	};
+	Parsed::Complete(head, len)
+}
+
+struct Response {
+	status: u16,
+	content_type: &'static str,
+	extra: Vec<(&'static str, &'static str)>,
+	body: String,
+}
+
+impl Response {
+	fn new(status: u16, content_type: &'static str, body: String) -> Self {
+		Self {
+			status,
+			content_type,
+			extra: Vec::new(),
+			body,
+		}
+	}
+
+	fn text(status: u16, body: impl Into<String>) -> Self {
+		Self::new(status, "text/plain; charset=utf-8", body.into())
+	}
+
+	fn header(mut self, name: &'static str, value: &'static str) -> Self {
+		self.extra.push((name, value));
+		self
+	}
+
+	fn encode(&self, with_body: bool, close: bool) -> Vec<u8> {
+		let reason = match self.status {
+			200 => "OK",
+			400 => "Bad Request",
+			404 => "Not Found",
+			405 => "Method Not Allowed",
+			408 => "Request Timeout",
+			431 => "Request Header Fields Too Large",
+			_ => "",
+		};
+		let mut head = format!(
+			"HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: no-store\r\n",
+			self.status,
+			self.content_type,
+			self.body.len()
+		);
+		for (name, value) in &self.extra {
+			let _ = write!(head, "{name}: {value}\r\n");
+		}
+		if close {
+			head.push_str("connection: close\r\n");
+		}
+		head.push_str("\r\n");
+		let mut out = head.into_bytes();
+		if with_body {
+			out.extend_from_slice(self.body.as_bytes());
+		}
+		out
+	}
+}
+
+/// Polls `poll` until it is ready, or `deadline` passes (`None` then).
+async fn timed<T>(deadline: &mut Deadline, mut poll: impl FnMut(&Waiter) -> Poll<T>) -> Option<T> {
+	kio::wait(|waiter| {
+		if let Poll::Ready(value) = poll(waiter) {
+			return Poll::Ready(Some(value));
+		}
+		deadline.poll_elapsed(waiter).map(|()| None)
+	})
+	.await
+}
+
+fn timed_out() -> io::Error {
+	io::Error::new(io::ErrorKind::TimedOut, "timed out")
+}
+
+async fn write_all(stream: &mut TcpStream, deadline: &mut Deadline, mut bytes: &[u8]) -> io::Result<()> {
+	while !bytes.is_empty() {
+		let n = timed(deadline, |w| stream.poll_write(w, bytes))
+			.await
+			.ok_or_else(timed_out)??;
+		bytes = &bytes[n..];
+	}
+	timed(deadline, |w| stream.poll_flush(w)).await.ok_or_else(timed_out)?
+}
+
+/// Shuts the write side down, then reads and drops what the peer still sends, until it closes,
+/// the deadline passes or [`MAX_LINGER`] bytes came.
+async fn close(mut stream: TcpStream, deadline: &mut Deadline) -> io::Result<()> {
+	timed(deadline, |w| stream.poll_shutdown(w))
+		.await
+		.ok_or_else(timed_out)??;
+	let mut sink = [0u8; 4096];
+	let mut total = 0;
+	while total < MAX_LINGER {
+		match timed(deadline, |w| stream.poll_read(w, &mut sink)).await {
+			Some(Ok(0)) | None => break,
+			Some(Ok(n)) => total += n,
+			Some(Err(e)) => return Err(e),
+		}
+	}
+	Ok(())
+}
+
+async fn connection(mut stream: TcpStream, routes: &Routes) -> io::Result<()> {
+	// Responses are written whole; Nagle would only hold a keep-alive response back.
+	stream.set_nodelay(true)?;
+	let mut buf = Vec::with_capacity(1024);
+	let mut chunk = [0u8; 4096];
+	let mut deadline = Deadline::new(None);
+	loop {
+		deadline.set(Some(kio::time::now() + routes.timeout));
+		let (head, len) = loop {
+			match parse(&buf) {
+				Parsed::Complete(head, len) => break (head, len),
+				Parsed::Refuse(status) => {
+					let body = if status == 431 {
+						"request head too large\n"
+					} else {
+						"bad request\n"
+					};
+					let response = Response::text(status, body);
+					write_all(&mut stream, &mut deadline, &response.encode(true, true)).await?;
+					return close(stream, &mut deadline).await;
+				}
+				Parsed::Partial => {}
+			}
+			// Never more than MAX_HEAD buffered: a head that does not fit is refused above.
+			let room = (MAX_HEAD - buf.len()).min(chunk.len());
+			match timed(&mut deadline, |w| stream.poll_read(w, &mut chunk[..room])).await {
+				Some(Ok(0)) => return Ok(()),
+				Some(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+				Some(Err(e)) => return Err(e),
+				None if buf.is_empty() => return Ok(()),
+				None => {
+					let response = Response::text(408, "request timeout\n");
+					deadline.set(Some(kio::time::now() + routes.timeout));
+					write_all(&mut stream, &mut deadline, &response.encode(true, true)).await?;
+					return close(stream, &mut deadline).await;
+				}
+			}
+		};
+		buf.drain(..len);
+		let keep_alive = head.keep_alive && !head.has_body;
+		let response = routes.respond(&head);
+		let bytes = response.encode(head.method != "HEAD", !keep_alive);
+		write_all(&mut stream, &mut deadline, &bytes).await?;
+		if !keep_alive {
+			return close(stream, &mut deadline).await;
+		}
+	}
+}
+
+/// A response as [`get`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientResponse {
+	/// The status code.
+	pub status: u16,
+	/// The `Content-Type` header, if any.
+	pub content_type: Option<String>,
+	/// The body (lossily decoded as UTF-8).
+	pub body: String,
+}
+
+/// `GET path` from `addr` with `Connection: close`: a small client for tests and tools. The
+/// body's length must be given by `Content-Length`.
+pub async fn get(addr: SocketAddr, path: &str) -> io::Result<ClientResponse> {
+	let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
+	let mut stream = TcpStream::connect(addr).await?;
+	let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+	stream.write_all(request.as_bytes()).await?;
+	let mut buf = Vec::new();
+	let mut chunk = [0u8; 4096];
+	loop {
+		let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+		let mut response = httparse::Response::new(&mut headers);
+		if let httparse::Status::Complete(len) = response.parse(&buf).map_err(|e| invalid(&e.to_string()))? {
+			let header = |name: &str| {
+				response
+					.headers
+					.iter()
+					.find(|h| h.name.eq_ignore_ascii_case(name))
+					.map(|h| String::from_utf8_lossy(h.value).into_owned())
+			};
+			let length: usize = header("content-length")
+				.and_then(|v| v.trim().parse().ok())
+				.ok_or_else(|| invalid("no content-length"))?;
+			let status = response.code.unwrap_or_default();
+			let content_type = header("content-type");
+			while buf.len() < len + length {
+				match stream.read(&mut chunk).await? {
+					0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+					n => buf.extend_from_slice(&chunk[..n]),
+				}
+			}
+			let body = String::from_utf8_lossy(&buf[len..len + length]).into_owned();
+			return Ok(ClientResponse {
+				status,
+				content_type,
+				body,
+			});
+		}
+		if buf.len() > 64 * 1024 {
+			return Err(invalid("response head too large"));
+		}
+		match stream.read(&mut chunk).await? {
+			0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+			n => buf.extend_from_slice(&chunk[..n]),
+		}
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use std::time::Instant;
+
+	use kio::Builder;
+
+	use super::*;
+
+	const FINGERPRINT_OF_ABC: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+	fn run<F: Future>(test: impl FnOnce() -> F) -> F::Output {
+		Builder::single()
+			.build()
+			.expect("runtime starts")
+			.block_on(async move { test().await })
+	}
+
+	/// A server on loopback with a metrics callback that counts its calls.
+	fn server(configure: impl FnOnce(Routes) -> Routes) -> (SocketAddr, JoinHandle<()>, Rc<Cell<u32>>) {
+		let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+		let addr = listener.local_addr();
+		let scrapes = Rc::new(Cell::new(0));
+		let counter = scrapes.clone();
+		let routes = Routes::new(fingerprint(b"abc"), move || {
+			counter.set(counter.get() + 1);
+			let mut prom = metrics::Prom::new();
+			prom.counter("scrapes_total", "Scrapes.", counter.get());
+			prom.finish()
+		});
+		let task = kio::spawn(serve(listener, Rc::new(configure(routes))));
+		(addr, task, scrapes)
+	}
+
+	/// Sends `request` on a new connection and reads until the server closes it.
+	async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+		let mut stream = TcpStream::connect(addr).await.unwrap();
+		stream.write_all(request).await.unwrap();
+		read_to_end(&mut stream).await
+	}
+
+	async fn read_to_end(stream: &mut TcpStream) -> String {
+		let mut out = Vec::new();
+		let mut chunk = [0u8; 4096];
+		loop {
+			match stream.read(&mut chunk).await {
+				Ok(0) => break,
+				Ok(n) => out.extend_from_slice(&chunk[..n]),
+				Err(e) => panic!("read failed after {:?}: {e}", String::from_utf8_lossy(&out)),
+			}
+		}
+		String::from_utf8(out).unwrap()
+	}
+
+	#[test]
+	fn fingerprint_is_lowercase_hex_sha256() {
+		assert_eq!(fingerprint(b"abc"), FINGERPRINT_OF_ABC);
+	}
+
+	#[test]
+	fn health_certificate_and_metrics() {
+		run(|| async {
+			let (addr, server, scrapes) = server(|r| r);
+			let health = get(addr, "/health").await.unwrap();
+			assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+			let cert = get(addr, "/certificate.sha256").await.unwrap();
+			assert_eq!((cert.status, cert.body.as_str()), (200, FINGERPRINT_OF_ABC));
+			assert_eq!(cert.content_type.as_deref(), Some("text/plain; charset=utf-8"));
+			let metrics = get(addr, "/metrics?x=1").await.unwrap();
+			assert_eq!(metrics.status, 200);
+			assert_eq!(metrics.content_type.as_deref(), Some(metrics::CONTENT_TYPE));
+			assert!(metrics.body.contains("\nscrapes_total 1\n"), "{}", metrics.body);
+			assert_eq!(scrapes.get(), 1);
+			assert_eq!(get(addr, "/").await.unwrap().status, 404);
+			assert_eq!(get(addr, "/health/x").await.unwrap().status, 404);
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn other_methods_are_refused_and_head_has_no_body() {
+		run(|| async {
+			let (addr, server, _) = server(|r| r);
+			let post = exchange(addr, b"POST /health HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc").await;
+			assert!(post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{post}");
+			assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
+			assert!(
+				post.contains("\r\nconnection: close\r\n"),
+				"a request with a body ends the connection"
+			);
+			let head = exchange(addr, b"HEAD /health HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+			assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+			assert!(head.contains("\r\ncontent-length: 3\r\n"), "{head}");
+			assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn keep_alive_answers_pipelined_requests_in_order() {
+		run(|| async {
+			let (addr, server, scrapes) = server(|r| r);
+			let mut stream = TcpStream::connect(addr).await.unwrap();
+			stream
+				.write_all(b"GET /metrics HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n")
+				.await
+				.unwrap();
+			// The third request's head is cut in two.
+			stream.write_all(b"connection: close\r\n\r\n").await.unwrap();
+			let all = read_to_end(&mut stream).await;
+			let statuses: Vec<&str> = all
+				.match_indices("HTTP/1.1 ")
+				.map(|(i, _)| &all[i + 9..i + 12])
+				.collect();
+			assert_eq!(statuses, ["200", "404", "200"], "{all}");
+			assert!(all.ends_with("connection: close\r\n\r\nok\n"), "{all}");
+			assert_eq!(scrapes.get(), 1);
+			// HTTP/1.0 closes unless asked to keep alive.
+			let old = exchange(addr, b"GET /health HTTP/1.0\r\n\r\n").await;
+			assert!(old.ends_with("ok\n") && old.contains("connection: close"), "{old}");
+			let mut stream = TcpStream::connect(addr).await.unwrap();
+			let request = b"GET /health HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n";
+			for _ in 0..2 {
+				stream.write_all(request).await.unwrap();
+				let mut response = Vec::new();
+				while !response.ends_with(b"ok\n") {
+					let mut chunk = [0u8; 256];
+					let n = stream.read(&mut chunk).await.unwrap();
+					assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&response));
+					response.extend_from_slice(&chunk[..n]);
+				}
+				let response = String::from_utf8_lossy(&response);
+				assert!(
+					response.ends_with("\r\n\r\nok\n") && !response.contains("close"),
+					"{response}"
+				);
+			}
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn oversized_and_garbled_requests_are_refused() {
+		run(|| async {
+			let (addr, server, _) = server(|r| r);
+			let mut big = b"GET /health HTTP/1.1\r\nx: ".to_vec();
+			big.resize(MAX_HEAD + 1000, b'a');
+			let response = exchange(addr, &big).await;
+			assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
+			let mut many = b"GET /health HTTP/1.1\r\n".to_vec();
+			for i in 0..=MAX_HEADERS {
+				many.extend_from_slice(format!("h{i}: v\r\n").as_bytes());
+			}
+			many.extend_from_slice(b"\r\n");
+			let response = exchange(addr, &many).await;
+			assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
+			for garbage in [
+				&b"\x00\x01\x02 garbage\r\n\r\n"[..],
+				b"GET /health HTTP/9.9\r\n\r\n",
+				b"GET /he alth HTTP/1.1\r\n\r\n",
+			] {
+				let response = exchange(addr, garbage).await;
+				assert!(response.starts_with("HTTP/1.1 400 "), "{response}");
+			}
+			// The server is still serving.
+			assert_eq!(get(addr, "/health").await.unwrap().status, 200);
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn idle_and_slow_connections_time_out() {
+		run(|| async {
+			let timeout = Duration::from_millis(100);
+			let (addr, server, _) = server(|r| r.with_timeout(timeout));
+			let start = Instant::now();
+			let mut idle = TcpStream::connect(addr).await.unwrap();
+			assert_eq!(
+				read_to_end(&mut idle).await,
+				"",
+				"an idle connection is closed silently"
+			);
+			assert!(start.elapsed() >= timeout);
+			let start = Instant::now();
+			let slow = exchange(addr, b"GET /health HTTP/1.1\r\n").await;
+			assert!(slow.starts_with("HTTP/1.1 408 "), "{slow}");
+			assert!(start.elapsed() >= timeout);
+			// A keep-alive connection is idle again after its response.
+			let mut stream = TcpStream::connect(addr).await.unwrap();
+			stream.write_all(b"GET /health HTTP/1.1\r\n\r\n").await.unwrap();
+			assert!(read_to_end(&mut stream).await.ends_with("ok\n"));
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn connections_beyond_the_limit_are_closed() {
+		run(|| async {
+			let (addr, server, _) = server(|r| r.with_max_connections(2));
+			let mut first = TcpStream::connect(addr).await.unwrap();
+			let mut second = TcpStream::connect(addr).await.unwrap();
+			let mut third = TcpStream::connect(addr).await.unwrap();
+			// Accepted in order, so the third is over the limit.
+			let mut byte = [0u8; 1];
+			assert!(matches!(third.read(&mut byte).await, Ok(0) | Err(_)));
+			for stream in [&mut first, &mut second] {
+				stream
+					.write_all(b"GET /health HTTP/1.1\r\nconnection: close\r\n\r\n")
+					.await
+					.unwrap();
+				assert!(read_to_end(stream).await.ends_with("ok\n"));
+			}
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn stopping_the_server_closes_its_connections() {
+		run(|| async {
+			let (addr, server, _) = server(|r| r);
+			let mut stream = TcpStream::connect(addr).await.unwrap();
+			stream.write_all(b"GET /health HTTP/1.1\r\n\r\n").await.unwrap();
+			let mut response = [0u8; 256];
+			assert!(stream.read(&mut response).await.unwrap() > 0);
+			server.abort();
+			assert!(server.await.unwrap_err().is_cancelled());
+			// Kept alive until now; the abort ends it (not the 10 s timeout).
+			let start = Instant::now();
+			assert!(matches!(stream.read(&mut response).await, Ok(0) | Err(_)));
+			assert!(start.elapsed() < Duration::from_secs(5));
+			// The listener is closed, or closing: a connection is refused or reset.
+			if let Ok(mut late) = TcpStream::connect(addr).await {
+				assert!(matches!(late.read(&mut response).await, Ok(0) | Err(_)));
+			}
+		});
+	}
+}

@@ -4,3 +4,4 @@
 pub mod auth;
 pub mod config;
 pub mod http;
+pub mod metrics;
