@@ -1,1 +1,814 @@
-//! (config: being written)
+//! The relay's configuration: `moq-relay [config.toml] [flags]`.
+//!
+//! Every option has a flag and a key in the TOML file; a flag overrides the file, the file
+//! overrides the default. With neither, the relay serves QUIC on UDP `[::]:4443` and HTTP on TCP
+//! `[::]:4443`, with a certificate generated for `localhost`, anonymous access everywhere, one
+//! worker per CPU, and `info` logs.
+//!
+//! | Flag                          | File                         | Default                           |
+//! |-------------------------------|------------------------------|-----------------------------------|
+//! | `--listen ADDR`               | `listen`                     | `[::]:4443`                       |
+//! | `--http-listen ADDR`          | `[http] listen`              | the QUIC address, on TCP          |
+//! | `--no-http`                   | `[http] enabled = false`     | enabled                           |
+//! | `--workers N`                 | `workers`                    | the available CPUs                |
+//! | `--tls-cert FILE`             | `[tls] cert`                 | none: a generated certificate     |
+//! | `--tls-key FILE`              | `[tls] key`                  | none                              |
+//! | `--tls-name NAME` (repeated)  | `[tls] names`                | `["localhost"]`                   |
+//! | `--auth-key FILE`             | `[auth] key`                 | none: no token is accepted        |
+//! | `--anonymous PREFIX` (rep.)   | `[auth] anonymous`           | `[""]` without a key, else `[]`   |
+//! | `--anonymous-subscribe PREFIX`| `[auth] anonymous_subscribe` | none beyond `anonymous`           |
+//! | `--no-anonymous`              | both lists `[]`              |                                   |
+//! | `--log-level FILTER`          | `log_level`                  | `RUST_LOG`, else `info`           |
+//! | `--shutdown-timeout DURATION` | `shutdown_timeout`           | `5s`                              |
+//! | `--cache-size SIZE`           | `cache_size`                 | `256MiB`                          |
+//! | `--max-connections N`         | `max_connections`            | no limit                          |
+//!
+//! Anonymous access is granted by default only when nothing about it is configured and there is
+//! no key file, so adding a key file closes the relay unless anonymous prefixes are listed. A
+//! configuration that lets nobody in (no key file, no anonymous prefix) is refused.
+//!
+//! The log filter is taken from `--log-level`, else from `RUST_LOG`, else from the file: the
+//! environment overrides the file so an operator can turn on debug logs without editing it.
+//! Paths in the file are relative to the file's directory; paths in flags to the working
+//! directory. Unknown keys in the file are errors, so a typo is never silently ignored.
+
+use std::ffi::OsString;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{CommandFactory as _, Parser};
+use serde::Deserialize;
+
+use crate::auth::{Anonymous, AuthConfig};
+
+/// The QUIC (UDP) and HTTP (TCP) port when none is given.
+pub const DEFAULT_PORT: u16 = 4443;
+/// The cache budget when none is given.
+pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
+/// How long shutdown waits for sessions to close when not told.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The command line. Every option is optional so that the file's value shows through when a
+/// flag is absent.
+#[derive(Debug, Default, Parser)]
+#[command(
+	name = "moq-relay",
+	version,
+	about = "A Media-over-QUIC relay for moq-lite-05 clients.",
+	long_about = "A Media-over-QUIC relay for moq-lite-05 clients (raw QUIC, ALPN moq-lite-05, \
+		moqt://host:port/path).\n\nWith no arguments it serves QUIC on UDP [::]:4443 and HTTP on TCP \
+		[::]:4443, with a certificate generated for localhost and anonymous access everywhere.",
+	after_long_help = "The optional CONFIG file is TOML with the same options; flags override it. Example:\n\n  \
+		listen = \"[::]:4443\"\n  workers = 4\n  log_level = \"info\"\n  shutdown_timeout = \"5s\"\n  \
+		cache_size = \"256MiB\"\n\n  [http]\n  listen = \"[::]:8080\"\n\n  [tls]\n  cert = \"cert.pem\"\n  \
+		key = \"key.pem\"\n\n  [auth]\n  key = \"keys.json\"\n  anonymous = [\"anon\"]\n  \
+		anonymous_subscribe = [\"public\"]\n\nPaths in the file are relative to the file's directory."
+)]
+pub struct Args {
+	/// A TOML config file with the same options as the flags; flags override its values.
+	#[arg(value_name = "CONFIG")]
+	pub config: Option<PathBuf>,
+
+	/// The UDP address QUIC is served on [file: listen] [default: [::]:4443].
+	#[arg(long, value_name = "ADDR")]
+	pub listen: Option<SocketAddr>,
+
+	/// The TCP address of the HTTP endpoints: /health, /certificate.sha256 and /metrics
+	/// [file: [http] listen] [default: the --listen address, on TCP].
+	#[arg(long, value_name = "ADDR", conflicts_with = "no_http")]
+	pub http_listen: Option<SocketAddr>,
+
+	/// Serve no HTTP endpoints [file: [http] enabled = false].
+	#[arg(long)]
+	pub no_http: bool,
+
+	/// Worker threads, each with its own io_uring and UDP socket on the shared port
+	/// [file: workers] [default: the available CPUs].
+	#[arg(long, value_name = "N")]
+	pub workers: Option<NonZeroUsize>,
+
+	/// The certificate chain, PEM, leaf first [file: [tls] cert]. Without it a self-signed
+	/// certificate is generated at start for the --tls-name names; its SHA-256 is printed and
+	/// served at /certificate.sha256.
+	#[arg(long, value_name = "FILE")]
+	pub tls_cert: Option<PathBuf>,
+
+	/// The private key of --tls-cert, PEM [file: [tls] key].
+	#[arg(long, value_name = "FILE")]
+	pub tls_key: Option<PathBuf>,
+
+	/// A DNS name or IP address of the generated certificate; repeat for more
+	/// [file: [tls] names] [default: localhost]. Only without --tls-cert.
+	#[arg(long = "tls-name", value_name = "NAME")]
+	pub tls_names: Vec<String>,
+
+	/// A JSON Web Key Set file with the keys that verify clients' tokens (the `jwt` query
+	/// parameter of the connection URL) [file: [auth] key]. Supports HS256/384/512, ES256 and
+	/// EdDSA; see the README for the claims. Without it no token is accepted.
+	#[arg(long, value_name = "FILE")]
+	pub auth_key: Option<PathBuf>,
+
+	/// A path prefix under which anyone may publish and subscribe without a token; "" is
+	/// everything; repeat for more [file: [auth] anonymous] [default: "" when there is no
+	/// --auth-key, else none].
+	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
+	pub anonymous: Vec<String>,
+
+	/// A path prefix under which anyone may subscribe (watch), but not publish, without a token;
+	/// repeat for more [file: [auth] anonymous_subscribe] [default: none beyond --anonymous].
+	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
+	pub anonymous_subscribe: Vec<String>,
+
+	/// No anonymous access: every connection needs a token (and so --auth-key)
+	/// [file: [auth] anonymous = [] and anonymous_subscribe = []].
+	#[arg(long)]
+	pub no_anonymous: bool,
+
+	/// The log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+	/// "info,moq_relay=debug" [file: log_level] [default: RUST_LOG, else info].
+	#[arg(long, value_name = "FILTER")]
+	pub log_level: Option<String>,
+
+	/// How long shutdown (SIGINT, SIGTERM) waits for sessions to close before exiting, e.g.
+	/// "5s", "500ms", "1m"; a bare number is seconds [file: shutdown_timeout] [default: 5s].
+	#[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+	pub shutdown_timeout: Option<Duration>,
+
+	/// The byte budget of the media cache shared by all tracks, e.g. "256MiB", "1GiB", "500MB";
+	/// a bare number is bytes [file: cache_size] [default: 256MiB].
+	#[arg(long, value_name = "SIZE", value_parser = parse_size)]
+	pub cache_size: Option<u64>,
+
+	/// The most QUIC connections served at once, across workers; more are refused
+	/// [file: max_connections] [default: no limit].
+	#[arg(long, value_name = "N")]
+	pub max_connections: Option<NonZeroUsize>,
+}
+
+/// Where the TLS certificate comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tls {
+	/// PEM files.
+	Files {
+		/// The chain, leaf first.
+		cert: PathBuf,
+		/// The private key.
+		key: PathBuf,
+	},
+	/// Generated at start, self-signed, for these names.
+	Generate {
+		/// DNS names or IP addresses.
+		names: Vec<String>,
+	},
+}
+
+/// The resolved configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+	/// The file it was read from, if any.
+	pub file: Option<PathBuf>,
+	/// The UDP address of QUIC.
+	pub listen: SocketAddr,
+	/// The TCP address of the HTTP endpoints; `None` serves none.
+	pub http: Option<SocketAddr>,
+	/// Worker threads.
+	pub workers: usize,
+	/// The certificate.
+	pub tls: Tls,
+	/// Keys and anonymous grants.
+	pub auth: AuthConfig,
+	/// The `tracing` filter.
+	pub log_level: String,
+	/// How long shutdown waits for sessions.
+	pub shutdown_timeout: Duration,
+	/// The cache's byte budget.
+	pub cache_size: u64,
+	/// The most connections at once; `None` for no limit.
+	pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+	listen: Option<SocketAddr>,
+	workers: Option<NonZeroUsize>,
+	log_level: Option<String>,
+	shutdown_timeout: Option<DurationValue>,
+	cache_size: Option<SizeValue>,
+	max_connections: Option<NonZeroUsize>,
+	#[serde(default)]
+	http: HttpFile,
+	#[serde(default)]
+	tls: TlsFile,
+	#[serde(default)]
+	auth: AuthFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+	enabled: Option<bool>,
+	listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+	cert: Option<PathBuf>,
+	key: Option<PathBuf>,
+	names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthFile {
+	key: Option<PathBuf>,
+	anonymous: Option<Vec<String>>,
+	anonymous_subscribe: Option<Vec<String>>,
+}
+
+/// Seconds, or a string with a unit.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DurationValue {
+	Seconds(f64),
+	Text(String),
+}
+
+/// Bytes, or a string with a unit.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+	Bytes(u64),
+	Text(String),
+}
+
+impl Config {
+	/// From the process's arguments and `RUST_LOG`. Like any command line tool it prints help or
+	/// version and exits for `--help`/`--version`, and prints usage and exits with code 2 for a
+	/// flag it cannot parse.
+	pub fn load() -> anyhow::Result<Self> {
+		let rust_log = std::env::var("RUST_LOG").ok();
+		Self::from_args(Args::parse(), rust_log.as_deref())
+	}
+
+	/// From `args` (the first is the program's name) and the value of `RUST_LOG`. For `--help`
+	/// the error is the [`clap::Error`] (its text is the help; `exit()` prints it).
+	pub fn load_from<I, T>(args: I, rust_log: Option<&str>) -> anyhow::Result<Self>
+	where
+		I: IntoIterator<Item = T>,
+		T: Into<OsString> + Clone,
+	{
+		Self::from_args(Args::try_parse_from(args)?, rust_log)
+	}
+
+	/// The command line's definition, for help and completions.
+	pub fn command() -> clap::Command {
+		Args::command()
+	}
+
+	/// Reads `args.config`, if any, lays the flags over it, and validates the result.
+	pub fn from_args(args: Args, rust_log: Option<&str>) -> anyhow::Result<Self> {
+		let file = match &args.config {
+			Some(path) => {
+				let text =
+					std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+				let mut file: File =
+					toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
+				file.relative_to(path.parent().unwrap_or_else(|| Path::new("")));
+				file
+			}
+			None => File::default(),
+		};
+		let prefix = || match &args.config {
+			Some(path) => format!("config file {}: ", path.display()),
+			None => String::new(),
+		};
+
+		let listen = args
+			.listen
+			.or(file.listen)
+			.unwrap_or_else(|| SocketAddr::from((Ipv6Addr::UNSPECIFIED, DEFAULT_PORT)));
+		let http = if args.no_http {
+			None
+		} else if let Some(addr) = args.http_listen {
+			Some(addr)
+		} else if file.http.enabled == Some(false) {
+			if file.http.listen.is_some() {
+				bail!("{}[http] has both enabled = false and a listen address", prefix());
+			}
+			None
+		} else {
+			Some(file.http.listen.unwrap_or(listen))
+		};
+
+		let workers = match args.workers.or(file.workers) {
+			Some(n) => n.get(),
+			None => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+		};
+
+		let cert = args.tls_cert.or(file.tls.cert);
+		let key = args.tls_key.or(file.tls.key);
+		let names = if args.tls_names.is_empty() {
+			file.tls.names
+		} else {
+			Some(args.tls_names)
+		};
+		let tls = match (cert, key) {
+			(Some(cert), Some(key)) => {
+				if names.is_some() {
+					bail!("TLS names are only for a generated certificate, and a certificate file is given");
+				}
+				Tls::Files { cert, key }
+			}
+			(None, None) => {
+				let names = names.unwrap_or_else(|| vec!["localhost".to_owned()]);
+				if names.is_empty() || names.iter().any(|name| name.trim().is_empty()) {
+					bail!("a generated certificate needs at least one name, and no empty ones");
+				}
+				Tls::Generate { names }
+			}
+			(Some(_), None) => bail!("a TLS certificate is given without its key (--tls-key, [tls] key)"),
+			(None, Some(_)) => bail!("a TLS key is given without its certificate (--tls-cert, [tls] cert)"),
+		};
+
+		let key_file = args.auth_key.or(file.auth.key);
+		let (publish, subscribe) = if args.no_anonymous {
+			(Some(Vec::new()), Some(Vec::new()))
+		} else {
+			let flag = |list: Vec<String>| (!list.is_empty()).then_some(list);
+			(
+				flag(args.anonymous).or(file.auth.anonymous),
+				flag(args.anonymous_subscribe).or(file.auth.anonymous_subscribe),
+			)
+		};
+		let anonymous = match (publish, subscribe) {
+			(None, None) if key_file.is_none() => Anonymous::everything(),
+			(both, subscribe) => {
+				let both = both.unwrap_or_default();
+				Anonymous {
+					subscribe: both.iter().cloned().chain(subscribe.unwrap_or_default()).collect(),
+					publish: both,
+				}
+			}
+		};
+		if key_file.is_none() && anonymous.is_none() {
+			bail!(
+				"nobody could connect: anonymous access is off and there is no key file for tokens \
+				 (give --auth-key, or --anonymous PREFIX)"
+			);
+		}
+		let auth = AuthConfig { key_file, anonymous };
+
+		let log_level = args
+			.log_level
+			.or_else(|| rust_log.filter(|s| !s.trim().is_empty()).map(str::to_owned))
+			.or(file.log_level)
+			.unwrap_or_else(|| "info".to_owned());
+		tracing_subscriber::EnvFilter::try_new(&log_level)
+			.with_context(|| format!("invalid log filter {log_level:?}"))?;
+
+		let shutdown_timeout = match (args.shutdown_timeout, file.shutdown_timeout) {
+			(Some(timeout), _) => timeout,
+			(None, Some(value)) => value
+				.resolve()
+				.map_err(|e| anyhow::anyhow!("{}shutdown_timeout: {e}", prefix()))?,
+			(None, None) => DEFAULT_SHUTDOWN_TIMEOUT,
+		};
+		let cache_size = match (args.cache_size, file.cache_size) {
+			(Some(size), _) => size,
+			(None, Some(value)) => value
+				.resolve()
+				.map_err(|e| anyhow::anyhow!("{}cache_size: {e}", prefix()))?,
+			(None, None) => DEFAULT_CACHE_SIZE,
+		};
+		let max_connections = args.max_connections.or(file.max_connections).map(NonZeroUsize::get);
+
+		Ok(Self {
+			file: args.config,
+			listen,
+			http,
+			workers,
+			tls,
+			auth,
+			log_level,
+			shutdown_timeout,
+			cache_size,
+			max_connections,
+		})
+	}
+
+	/// Installs the global `tracing` subscriber: structured lines on stderr, filtered by
+	/// `log_level`, in colour only on a terminal.
+	pub fn init_logging(&self) -> anyhow::Result<()> {
+		use std::io::IsTerminal as _;
+		let filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
+			.with_context(|| format!("invalid log filter {:?}", self.log_level))?;
+		tracing_subscriber::fmt()
+			.with_env_filter(filter)
+			.with_writer(std::io::stderr)
+			.with_ansi(std::io::stderr().is_terminal())
+			.try_init()
+			.map_err(|e| anyhow::anyhow!("installing the logger: {e}"))
+	}
+}
+
+impl File {
+	fn relative_to(&mut self, dir: &Path) {
+		for path in [&mut self.tls.cert, &mut self.tls.key, &mut self.auth.key]
+			.into_iter()
+			.flatten()
+		{
+			if path.is_relative() {
+				*path = dir.join(&*path);
+			}
+		}
+	}
+}
+
+impl DurationValue {
+	fn resolve(self) -> Result<Duration, String> {
+		match self {
+			Self::Seconds(secs) => Duration::try_from_secs_f64(secs).map_err(|_| format!("{secs} is not a duration")),
+			Self::Text(text) => parse_duration(&text),
+		}
+	}
+}
+
+impl SizeValue {
+	fn resolve(self) -> Result<u64, String> {
+		match self {
+			Self::Bytes(bytes) => Ok(bytes),
+			Self::Text(text) => parse_size(&text),
+		}
+	}
+}
+
+/// Splits `"12.5ms"` into `(12.5, "ms")`.
+fn split_number(text: &str) -> Option<(f64, &str)> {
+	let text = text.trim();
+	let end = text
+		.find(|c: char| !(c.is_ascii_digit() || c == '.'))
+		.unwrap_or(text.len());
+	let number: f64 = text[..end].parse().ok()?;
+	Some((number, text[end..].trim()))
+}
+
+/// A duration: a number and an optional unit (`ms`, `s`, `m`, `h`; none is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+	let invalid = || format!("{text:?} is not a duration (such as 5s, 500ms, 1m)");
+	let (number, unit) = split_number(text).ok_or_else(invalid)?;
+	let scale = match unit {
+		"ms" => 0.001,
+		"" | "s" => 1.0,
+		"m" | "min" => 60.0,
+		"h" => 3600.0,
+		_ => return Err(invalid()),
+	};
+	Duration::try_from_secs_f64(number * scale).map_err(|_| invalid())
+}
+
+/// A byte size: a number and an optional unit (`B`, `KB`/`MB`/`GB` in powers of 1000,
+/// `KiB`/`MiB`/`GiB` in powers of 1024; none is bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+	let invalid = || format!("{text:?} is not a size (such as 1048576, 256MiB, 1GiB, 500MB)");
+	let (number, unit) = split_number(text).ok_or_else(invalid)?;
+	let scale: u64 = match unit {
+		"" | "B" => 1,
+		"KB" => 1000,
+		"MB" => 1000 * 1000,
+		"GB" => 1000 * 1000 * 1000,
+		"KiB" => 1 << 10,
+		"MiB" => 1 << 20,
+		"GiB" => 1 << 30,
+		_ => return Err(invalid()),
+	};
+	let bytes = number * scale as f64;
+	// u64::MAX as f64 rounds up to 2^64, which does not fit: hence `<`.
+	if !(0.0..u64::MAX as f64).contains(&bytes) || bytes.fract() != 0.0 {
+		return Err(invalid());
+	}
+	Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+	use std::sync::atomic::{AtomicUsize, Ordering};
+
+	use super::*;
+
+	fn load(args: &[&str]) -> anyhow::Result<Config> {
+		Config::load_from(std::iter::once("moq-relay").chain(args.iter().copied()), None)
+	}
+
+	static FILES: AtomicUsize = AtomicUsize::new(0);
+
+	/// A config file in a fresh directory.
+	fn config_file(text: &str) -> PathBuf {
+		let n = FILES.fetch_add(1, Ordering::Relaxed);
+		let dir = std::env::temp_dir().join(format!("moq-relay-config-{}-{n}", std::process::id()));
+		std::fs::create_dir_all(&dir).unwrap();
+		let path = dir.join("relay.toml");
+		std::fs::write(&path, text).unwrap();
+		path
+	}
+
+	fn remove(path: &Path) {
+		std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+	}
+
+	#[test]
+	fn defaults() {
+		let config = load(&[]).unwrap();
+		let any: SocketAddr = "[::]:4443".parse().unwrap();
+		assert_eq!(config.file, None);
+		assert_eq!(config.listen, any);
+		assert_eq!(config.http, Some(any));
+		assert!(config.workers >= 1);
+		assert_eq!(
+			config.tls,
+			Tls::Generate {
+				names: vec!["localhost".into()]
+			}
+		);
+		assert_eq!(
+			config.auth,
+			AuthConfig {
+				key_file: None,
+				anonymous: Anonymous::everything()
+			}
+		);
+		assert_eq!(config.log_level, "info");
+		assert_eq!(config.shutdown_timeout, Duration::from_secs(5));
+		assert_eq!(config.cache_size, 256 << 20);
+		assert_eq!(config.max_connections, None);
+		// The HTTP address follows the QUIC one unless given.
+		let config = load(&["--listen", "127.0.0.1:9000"]).unwrap();
+		assert_eq!(config.http, Some("127.0.0.1:9000".parse().unwrap()));
+		// Listing anonymous prefixes replaces "everything".
+		let config = load(&["--anonymous", "anon", "--anonymous-subscribe", "public"]).unwrap();
+		assert_eq!(
+			config.auth.anonymous,
+			Anonymous {
+				publish: vec!["anon".into()],
+				subscribe: vec!["anon".into(), "public".into()]
+			}
+		);
+	}
+
+	#[test]
+	fn a_file_is_read() {
+		let path = config_file(
+			r#"
+			listen = "127.0.0.1:5000"
+			workers = 3
+			log_level = "debug"
+			shutdown_timeout = 2.5
+			cache_size = "1GiB"
+			max_connections = 100
+
+			[http]
+			listen = "127.0.0.1:8080"
+
+			[tls]
+			cert = "cert.pem"
+			key = "/etc/relay/key.pem"
+
+			[auth]
+			key = "keys.json"
+			anonymous_subscribe = ["public"]
+			"#,
+		);
+		let config = load(&[path.to_str().unwrap()]).unwrap();
+		let dir = path.parent().unwrap();
+		assert_eq!(config.file.as_deref(), Some(path.as_path()));
+		assert_eq!(config.listen, "127.0.0.1:5000".parse().unwrap());
+		assert_eq!(config.http, Some("127.0.0.1:8080".parse().unwrap()));
+		assert_eq!(config.workers, 3);
+		assert_eq!(config.log_level, "debug");
+		assert_eq!(config.shutdown_timeout, Duration::from_millis(2500));
+		assert_eq!(config.cache_size, 1 << 30);
+		assert_eq!(config.max_connections, Some(100));
+		assert_eq!(
+			config.tls,
+			Tls::Files {
+				cert: dir.join("cert.pem"),
+				key: "/etc/relay/key.pem".into()
+			}
+		);
+		assert_eq!(config.auth.key_file, Some(dir.join("keys.json")));
+		assert_eq!(
+			config.auth.anonymous,
+			Anonymous {
+				publish: vec![],
+				subscribe: vec!["public".into()]
+			},
+			"with a key file, only the listed anonymous access"
+		);
+		remove(&path);
+	}
+
+	#[test]
+	fn flags_override_the_file() {
+		let path = config_file(
+			r#"
+			listen = "127.0.0.1:5000"
+			workers = 3
+			log_level = "debug"
+			[http]
+			enabled = false
+			[tls]
+			names = ["a.example"]
+			[auth]
+			key = "keys.json"
+			anonymous = ["anon"]
+			"#,
+		);
+		let file = path.to_str().unwrap();
+		let config = load(&[
+			file,
+			"--listen",
+			"[::1]:6000",
+			"--http-listen",
+			"[::1]:6001",
+			"--workers",
+			"1",
+			"--log-level",
+			"warn,moq_relay=trace",
+			"--tls-name",
+			"b.example",
+			"--tls-name",
+			"127.0.0.1",
+			"--auth-key",
+			"/other/keys.json",
+			"--anonymous-subscribe",
+			"",
+			"--shutdown-timeout",
+			"250ms",
+			"--cache-size",
+			"500MB",
+		])
+		.unwrap();
+		assert_eq!(config.listen, "[::1]:6000".parse().unwrap());
+		assert_eq!(config.http, Some("[::1]:6001".parse().unwrap()));
+		assert_eq!(config.workers, 1);
+		assert_eq!(config.log_level, "warn,moq_relay=trace");
+		assert_eq!(
+			config.tls,
+			Tls::Generate {
+				names: vec!["b.example".into(), "127.0.0.1".into()]
+			}
+		);
+		assert_eq!(config.auth.key_file, Some("/other/keys.json".into()));
+		assert_eq!(
+			config.auth.anonymous,
+			Anonymous {
+				publish: vec!["anon".into()],
+				subscribe: vec!["anon".into(), "".into()]
+			},
+			"--anonymous prefixes are also watched"
+		);
+		assert_eq!(config.shutdown_timeout, Duration::from_millis(250));
+		assert_eq!(config.cache_size, 500_000_000);
+
+		// The file's disabled HTTP and anonymous prefixes stay unless a flag says otherwise.
+		let config = load(&[file]).unwrap();
+		assert_eq!(config.http, None);
+		assert_eq!(config.auth.anonymous.publish, vec!["anon".to_owned()]);
+		let config = load(&[file, "--no-anonymous"]).unwrap();
+		assert!(config.auth.anonymous.is_none());
+		remove(&path);
+	}
+
+	#[test]
+	fn the_log_filter_comes_from_the_flag_then_rust_log_then_the_file() {
+		let path = config_file("log_level = \"debug\"");
+		let file = path.to_str().unwrap();
+		let with = |args: &[&str], rust_log| {
+			let args = std::iter::once("moq-relay").chain(args.iter().copied());
+			Config::load_from(args, rust_log).unwrap().log_level
+		};
+		assert_eq!(with(&[file, "--log-level", "error"], Some("trace")), "error");
+		assert_eq!(with(&[file], Some("trace")), "trace");
+		assert_eq!(with(&[file], Some(" ")), "debug");
+		assert_eq!(with(&[], None), "info");
+		let err = load(&["--log-level", "info,=!!"]).unwrap_err();
+		assert!(err.to_string().contains("invalid log filter"), "{err:#}");
+		remove(&path);
+	}
+
+	#[test]
+	fn bad_files_are_reported_with_their_path_and_line() {
+		for (text, expect) in [
+			("listen = 5", "listen"),
+			("lisen = \"[::]:1\"", "unknown field `lisen`"),
+			("[tls]\nnames = \"a\"", "line 2"),
+			("workers = 0", "workers"),
+			("[http\n", "line 1"),
+			("shutdown_timeout = \"soon\"", "is not a duration"),
+			("cache_size = \"lots\"", "is not a size"),
+			(
+				"[http]\nenabled = false\nlisten = \"[::]:1\"",
+				"both enabled = false and a listen",
+			),
+		] {
+			let path = config_file(text);
+			let err = format!("{:#}", load(&[path.to_str().unwrap()]).unwrap_err());
+			assert!(err.contains(&path.display().to_string()), "{text:?}: {err}");
+			assert!(err.contains(expect), "{text:?}: {err}");
+			remove(&path);
+		}
+		let err = format!("{:#}", load(&["/nonexistent/relay.toml"]).unwrap_err());
+		assert!(err.contains("reading config file /nonexistent/relay.toml"), "{err}");
+	}
+
+	#[test]
+	fn invalid_combinations_are_refused() {
+		for (args, expect) in [
+			(&["--no-anonymous"][..], "nobody could connect"),
+			(&["--tls-cert", "c.pem"], "without its key"),
+			(&["--tls-key", "k.pem"], "without its certificate"),
+			(
+				&["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-name", "x"],
+				"only for a generated",
+			),
+			(&["--tls-name", ""], "at least one name"),
+			(&["--no-http", "--http-listen", "[::]:1"], "cannot be used with"),
+			(&["--no-anonymous", "--anonymous", "x"], "cannot be used with"),
+			(&["--workers", "0"], "--workers"),
+			(&["--listen", "nowhere"], "--listen"),
+			(&["--cache-size=-1"], "is not a size"),
+			(&["--shutdown-timeout", "5 fortnights"], "is not a duration"),
+		] {
+			let err = format!("{:#}", load(args).unwrap_err());
+			assert!(err.contains(expect), "{args:?}: {err}");
+		}
+		// A key file alone turns anonymous access off, and that is a valid configuration.
+		let config = load(&["--auth-key", "keys.json"]).unwrap();
+		assert!(config.auth.anonymous.is_none());
+		let config = load(&["--tls-cert", "c.pem", "--tls-key", "k.pem", "--no-http"]).unwrap();
+		assert_eq!(config.http, None);
+		assert_eq!(
+			config.tls,
+			Tls::Files {
+				cert: "c.pem".into(),
+				key: "k.pem".into()
+			}
+		);
+	}
+
+	#[test]
+	fn sizes_and_durations_parse() {
+		assert_eq!(parse_size("1048576"), Ok(1 << 20));
+		assert_eq!(parse_size("1.5KiB"), Ok(1536));
+		assert_eq!(parse_size("2 GB"), Ok(2_000_000_000));
+		assert!(parse_size("0.5B").is_err());
+		assert!(parse_size("1TiB").is_err());
+		assert!(parse_size("99999999999999999999GiB").is_err());
+		assert!(parse_size("").is_err());
+		assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+		assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+		assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
+		assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+		assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+		assert!(parse_duration("1d").is_err());
+		assert!(parse_duration("s").is_err());
+		assert!(parse_duration("1e400").is_err());
+	}
+
+	#[test]
+	fn help_explains_every_option() {
+		let mut command = Config::command();
+		let help = command.render_long_help().to_string();
+		for arg in command.get_arguments() {
+			let id = arg.get_id().as_str();
+			if id == "help" || id == "version" {
+				continue;
+			}
+			let doc = arg.get_long_help().or_else(|| arg.get_help()).map(ToString::to_string);
+			assert!(doc.is_some_and(|doc| doc.len() > 20), "{id} has no help");
+			let name = match arg.get_long() {
+				Some(long) => format!("--{long}"),
+				None => format!("[{}]", id.to_uppercase()),
+			};
+			assert!(help.contains(&name), "{name} missing from --help:\n{help}");
+		}
+		for key in [
+			"[file: listen]",
+			"[http] listen",
+			"[tls] cert",
+			"[auth] key",
+			"RUST_LOG",
+			"4443",
+		] {
+			assert!(help.contains(key), "{key} missing from --help");
+		}
+		// --help through load_from is an error carrying clap's help text.
+		let err = load(&["--help"]).unwrap_err();
+		let clap = err.downcast_ref::<clap::Error>().expect("a clap error");
+		assert_eq!(clap.kind(), clap::error::ErrorKind::DisplayHelp);
+	}
+}
