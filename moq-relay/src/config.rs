@@ -72,16 +72,16 @@ pub struct Args {
 	#[arg(value_name = "CONFIG")]
 	pub config: Option<PathBuf>,
 
-	/// The UDP address QUIC is served on [file: listen] [default: [::]:4443].
+	/// The UDP address QUIC is served on [file: listen] [default: `[::]:4443`].
 	#[arg(long, value_name = "ADDR")]
 	pub listen: Option<SocketAddr>,
 
 	/// The TCP address of the HTTP endpoints: /health, /certificate.sha256 and /metrics
-	/// [file: [http] listen] [default: the --listen address, on TCP].
+	/// [file: `[http] listen`] [default: the --listen address, on TCP].
 	#[arg(long, value_name = "ADDR", conflicts_with = "no_http")]
 	pub http_listen: Option<SocketAddr>,
 
-	/// Serve no HTTP endpoints [file: [http] enabled = false].
+	/// Serve no HTTP endpoints [file: `[http] enabled = false`].
 	#[arg(long)]
 	pub no_http: bool,
 
@@ -90,40 +90,40 @@ pub struct Args {
 	#[arg(long, value_name = "N")]
 	pub workers: Option<NonZeroUsize>,
 
-	/// The certificate chain, PEM, leaf first [file: [tls] cert]. Without it a self-signed
+	/// The certificate chain, PEM, leaf first [file: `[tls] cert`]. Without it a self-signed
 	/// certificate is generated at start for the --tls-name names; its SHA-256 is printed and
 	/// served at /certificate.sha256.
 	#[arg(long, value_name = "FILE")]
 	pub tls_cert: Option<PathBuf>,
 
-	/// The private key of --tls-cert, PEM [file: [tls] key].
+	/// The private key of --tls-cert, PEM [file: `[tls] key`].
 	#[arg(long, value_name = "FILE")]
 	pub tls_key: Option<PathBuf>,
 
 	/// A DNS name or IP address of the generated certificate; repeat for more
-	/// [file: [tls] names] [default: localhost]. Only without --tls-cert.
+	/// [file: `[tls] names`] [default: localhost]. Only without --tls-cert.
 	#[arg(long = "tls-name", value_name = "NAME")]
 	pub tls_names: Vec<String>,
 
 	/// A JSON Web Key Set file with the keys that verify clients' tokens (the `jwt` query
-	/// parameter of the connection URL) [file: [auth] key]. Supports HS256/384/512, ES256 and
+	/// parameter of the connection URL) [file: `[auth] key`]. Supports HS256/384/512, ES256 and
 	/// EdDSA; see the README for the claims. Without it no token is accepted.
 	#[arg(long, value_name = "FILE")]
 	pub auth_key: Option<PathBuf>,
 
 	/// A path prefix under which anyone may publish and subscribe without a token; "" is
-	/// everything; repeat for more [file: [auth] anonymous] [default: "" when there is no
+	/// everything; repeat for more [file: `[auth] anonymous`] [default: "" when there is no
 	/// --auth-key, else none].
 	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
 	pub anonymous: Vec<String>,
 
 	/// A path prefix under which anyone may subscribe (watch), but not publish, without a token;
-	/// repeat for more [file: [auth] anonymous_subscribe] [default: none beyond --anonymous].
+	/// repeat for more [file: `[auth] anonymous_subscribe`] [default: none beyond --anonymous].
 	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
 	pub anonymous_subscribe: Vec<String>,
 
 	/// No anonymous access: every connection needs a token (and so --auth-key)
-	/// [file: [auth] anonymous = [] and anonymous_subscribe = []].
+	/// [file: `[auth] anonymous = []` and `anonymous_subscribe = []`].
 	#[arg(long)]
 	pub no_anonymous: bool,
 

@@ -4,7 +4,7 @@
 //! |--------------------------------|---------------------------------------------------------------|
 //! | `GET /health`                  | `200`, `ok\n`                                                 |
 //! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER, no newline (a browser passes it to `serverCertificateHashes` as is) |
-//! | `GET /metrics`                 | `200`, Prometheus text ([`metrics`](crate::metrics))          |
+//! | `GET /metrics`                 | `200`, Prometheus text ([`metrics`])          |
 //! | `HEAD` of those                | the same headers, no body                                     |
 //! | any other path                 | `404`                                                         |
 //! | any other method               | `405`, `Allow: GET, HEAD`                                     |
