@@ -1,0 +1,964 @@
+//! A connection and its driver.
+//!
+//! `quinn_proto::Connection` is a state machine; a kio task per connection drives it. A turn
+//! runs in the order that avoids the stalls in the field notes (quinn-proto §1.4): datagrams the
+//! endpoint routed here, the timeout if it passed, endpoint events (each `NeedIdentifiers` answer
+//! goes straight back in; `Drained` lets the endpoint forget the connection), application events
+//! (wakes for readers, writers, acceptors), then the send scheduler and a budgeted
+//! `poll_transmit` loop, and last the timer re-armed from `poll_timeout` (always after
+//! `poll_transmit`, which may arm pacing). Every application call that can produce output marks
+//! the connection dirty and wakes its driver.
+//!
+//! # What enters quinn-proto, and when
+//!
+//! Written data waits in the stream's own queue; the [`Scheduler`] decides which stream feeds
+//! quinn-proto next (strict priority levels, deficit round robin of send groups, streams within a
+//! group), one GSO batch's worth before each `poll_transmit`, so the order on the wire is ours.
+//! quinn-proto's send window is kept at twice the congestion window plus two batches: what it
+//! holds beyond what it can send is bounded, and what it holds is ordered by the same priority,
+//! mirrored onto its streams (its retransmissions follow that order too).
+//!
+//! # Budget
+//!
+//! A turn produces at most [`TX_DATAGRAM_BUDGET`] datagrams and then yields (other connections on
+//! the worker get their turn; this one stays dirty and runs again), like quinn's own driver.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+use std::task::Poll;
+
+use bytes::Bytes;
+use kio::time::Deadline;
+use kio::{Waiter, WaiterList};
+use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
+
+use crate::endpoint::{Endpoint, EndpointShared, Outgoing};
+use crate::scheduler::{After, GroupId, Scheduler, StreamSlot};
+use crate::stream::{RecvStream, SendStream};
+
+/// Datagrams a connection produces per turn before it yields.
+pub const TX_DATAGRAM_BUDGET: usize = 64;
+/// Bytes a group may send per round-robin turn: about one full-size datagram's payload.
+const QUANTUM: usize = 1200;
+/// Bytes a stream's own queue takes before writers wait.
+pub(crate) const STREAM_BUFFER: usize = 256 * 1024;
+/// quinn-proto's send window never goes below this.
+const MIN_SEND_WINDOW: u64 = 64 * 1024;
+
+/// A stream id as the scheduler's key, and back.
+fn stream_key(id: StreamId) -> u64 {
+	VarInt::from(id).into_inner()
+}
+
+fn key_stream(key: u64) -> StreamId {
+	StreamId::from(VarInt::from_u64(key).expect("made from a stream id"))
+}
+
+fn dir_index(dir: Dir) -> usize {
+	match dir {
+		Dir::Bi => 0,
+		Dir::Uni => 1,
+	}
+}
+
+/// Why a stream operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamError {
+	/// The peer reset the stream with this code.
+	Reset(u64),
+	/// The peer asked us to stop sending, with this code.
+	Stopped(u64),
+	/// The connection is gone.
+	ConnectionLost(ConnectionError),
+	/// A local misuse: a write after finish or reset.
+	Closed,
+}
+
+impl std::fmt::Display for StreamError {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		match self {
+			Self::Reset(code) => write!(f, "stream reset by peer with code {code}"),
+			Self::Stopped(code) => write!(f, "stream stopped by peer with code {code}"),
+			Self::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+			Self::Closed => f.write_str("stream already finished or reset"),
+		}
+	}
+}
+
+impl std::error::Error for StreamError {}
+
+/// Our half of a send stream: data not yet handed to quinn-proto, and the scheduler's entry.
+struct SendHalf {
+	queue: VecDeque<Bytes>,
+	queued: usize,
+	/// `finish` was called; quinn-proto hears it once the queue is empty.
+	finishing: bool,
+	/// Finished or reset in quinn-proto: nothing more to do here.
+	done: bool,
+	slot: StreamSlot,
+	group: GroupId,
+	/// An explicit send group shared with other streams, by its application key.
+	shared_group: Option<u64>,
+	stopped: Option<u64>,
+}
+
+#[derive(Default)]
+struct StreamState {
+	send: Option<SendHalf>,
+	/// Handles still held (send and receive); the entry goes when none are left and the send half
+	/// has nothing more to hand over.
+	handles: u8,
+	waiters: WaiterList,
+}
+
+/// A shared group: its scheduler id and how many streams are in it.
+struct SharedGroup {
+	id: GroupId,
+	streams: usize,
+}
+
+pub(crate) struct ConnState {
+	proto: quinn_proto::Connection,
+	inbox: VecDeque<quinn_proto::ConnectionEvent>,
+	dirty: bool,
+	driver: WaiterList,
+	established: bool,
+	lost: Option<ConnectionError>,
+	/// Waiters for the handshake and for the connection's end.
+	state_waiters: WaiterList,
+	accept_waiters: [WaiterList; 2],
+	open_waiters: [WaiterList; 2],
+	datagram_waiters: WaiterList,
+	streams: HashMap<StreamId, StreamState>,
+	groups: HashMap<u64, SharedGroup>,
+	scheduler: Scheduler,
+	gso_segments: usize,
+	/// A server connection not yet handed to `accept`.
+	unannounced: bool,
+}
+
+/// A connection's state, shared by its handles and its driver.
+pub(crate) struct ConnShared {
+	handle: ConnectionHandle,
+	endpoint: Weak<EndpointShared>,
+	state: RefCell<ConnState>,
+}
+
+impl ConnShared {
+	pub(crate) fn new(
+		handle: ConnectionHandle,
+		endpoint: Weak<EndpointShared>,
+		proto: quinn_proto::Connection,
+		gso_segments: usize,
+	) -> Rc<Self> {
+		let unannounced = proto.side().is_server();
+		Rc::new(Self {
+			handle,
+			endpoint,
+			state: RefCell::new(ConnState {
+				proto,
+				inbox: VecDeque::new(),
+				dirty: true,
+				driver: WaiterList::new(),
+				established: false,
+				lost: None,
+				state_waiters: WaiterList::new(),
+				accept_waiters: [WaiterList::new(), WaiterList::new()],
+				open_waiters: [WaiterList::new(), WaiterList::new()],
+				datagram_waiters: WaiterList::new(),
+				streams: HashMap::new(),
+				groups: HashMap::new(),
+				scheduler: Scheduler::new(QUANTUM),
+				gso_segments,
+				unannounced,
+			}),
+		})
+	}
+
+	/// A datagram for this connection, from the endpoint.
+	pub(crate) fn deliver(&self, event: quinn_proto::ConnectionEvent) {
+		let mut state = self.state.borrow_mut();
+		state.inbox.push_back(event);
+		state.mark_dirty();
+	}
+
+	/// Closes with an application code.
+	pub(crate) fn close(&self, code: u64, reason: &[u8]) {
+		let mut state = self.state.borrow_mut();
+		if state.lost.is_some() {
+			return;
+		}
+		let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
+		state.proto.close(kio::time::now(), code, Bytes::copy_from_slice(reason));
+		state.lose(ConnectionError::LocallyClosed);
+		state.mark_dirty();
+	}
+
+	/// The endpoint went away with this connection open.
+	pub(crate) fn abandon(&self) {
+		self.state.borrow_mut().lose(ConnectionError::LocallyClosed);
+	}
+}
+
+impl ConnState {
+	fn mark_dirty(&mut self) {
+		if !self.dirty {
+			self.dirty = true;
+			self.driver.wake();
+		}
+	}
+
+	/// Records the end (the first reason wins) and wakes everyone waiting on anything.
+	fn lose(&mut self, reason: ConnectionError) {
+		if self.lost.is_none() {
+			self.lost = Some(reason);
+		}
+		let mut wakes = self.state_waiters.take();
+		for list in self.accept_waiters.iter_mut().chain(self.open_waiters.iter_mut()) {
+			wakes.append(list.take());
+		}
+		wakes.append(self.datagram_waiters.take());
+		for stream in self.streams.values_mut() {
+			wakes.append(stream.waiters.take());
+		}
+		wakes.wake();
+	}
+
+	fn lost_error(&self) -> Option<StreamError> {
+		self.lost.clone().map(StreamError::ConnectionLost)
+	}
+
+	fn wake_stream(&mut self, id: StreamId) {
+		if let Some(stream) = self.streams.get_mut(&id) {
+			stream.waiters.wake();
+		}
+	}
+
+	/// Dispatches one application event.
+	fn on_event(&mut self, event: Event) -> bool {
+		match event {
+			Event::HandshakeDataReady => {}
+			Event::Connected => {
+				self.established = true;
+				self.state_waiters.wake();
+				if self.unannounced {
+					self.unannounced = false;
+					return true;
+				}
+			}
+			Event::ConnectionLost { reason } => self.lose(reason),
+			Event::Stream(StreamEvent::Opened { dir }) => self.accept_waiters[dir_index(dir)].wake(),
+			Event::Stream(StreamEvent::Available { dir }) => self.open_waiters[dir_index(dir)].wake(),
+			Event::Stream(StreamEvent::Readable { id }) => self.wake_stream(id),
+			Event::Stream(StreamEvent::Writable { id }) => {
+				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut())
+					&& !half.done && (half.queued > 0 || half.finishing)
+				{
+					self.scheduler.ready(half.slot);
+				}
+			}
+			Event::Stream(StreamEvent::Finished { id }) => {
+				self.wake_stream(id);
+				self.collect(id);
+			}
+			Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+				self.on_stopped(id, error_code.into_inner());
+			}
+			Event::DatagramReceived => self.datagram_waiters.wake(),
+			Event::DatagramsUnblocked => {}
+		}
+		false
+	}
+
+	/// The peer stopped a stream: drop what is queued, and reset it with the same code.
+	fn on_stopped(&mut self, id: StreamId, code: u64) {
+		let Some(stream) = self.streams.get_mut(&id) else {
+			let _ = self.proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+			return;
+		};
+		if let Some(half) = stream.send.as_mut() {
+			half.stopped = Some(code);
+			half.queue.clear();
+			half.queued = 0;
+			if !half.done {
+				half.done = true;
+				self.scheduler.remove_stream(half.slot);
+				let _ = self.proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+			}
+		}
+		stream.waiters.wake();
+		self.collect(id);
+	}
+
+	/// Forgets a stream's entry once no handle is left and nothing remains to hand over.
+	fn collect(&mut self, id: StreamId) {
+		let Some(stream) = self.streams.get(&id) else {
+			return;
+		};
+		if stream.handles > 0 || stream.send.as_ref().is_some_and(|half| !half.done) {
+			return;
+		}
+		let stream = self.streams.remove(&id).expect("looked up above");
+		if let Some(half) = stream.send {
+			self.release_group(half.group, half.shared_group);
+		}
+	}
+
+	fn release_group(&mut self, group: GroupId, shared: Option<u64>) {
+		match shared {
+			None => self.scheduler.retire_group(group),
+			Some(key) => {
+				let entry = self.groups.get_mut(&key).expect("a shared group is counted");
+				entry.streams -= 1;
+				if entry.streams == 0 {
+					self.groups.remove(&key);
+					self.scheduler.retire_group(group);
+				}
+			}
+		}
+	}
+
+	/// Hands queued data to quinn-proto, in the scheduler's order, up to `budget` bytes.
+	fn feed(&mut self, budget: usize) {
+		let mut fed = 0;
+		let mut blocked = 0;
+		while fed < budget {
+			let Some(pick) = self.scheduler.pick() else {
+				break;
+			};
+			let id = key_stream(pick.key);
+			let half = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("a scheduled stream has a send half");
+			let allowance = pick.allowance.min(budget - fed);
+			let mut sent = 0;
+			let mut outcome = After::Drained;
+			let mut full = false;
+			let mut stream = self.proto.send_stream(id);
+			while sent < allowance {
+				let Some(mut chunk) = half.queue.pop_front() else {
+					break;
+				};
+				let mut part = if chunk.len() > allowance - sent { chunk.split_to(allowance - sent) } else { std::mem::take(&mut chunk) };
+				let offered = part.len();
+				match stream.write_chunks(std::slice::from_mut(&mut part)) {
+					Ok(written) => {
+						sent += written.bytes;
+						half.queued -= written.bytes;
+						// What quinn-proto did not take goes back in front, in order.
+						if !chunk.is_empty() {
+							half.queue.push_front(chunk);
+						}
+						if !part.is_empty() {
+							half.queue.push_front(part);
+						}
+						if written.bytes < offered {
+							// quinn-proto's window is full; the stream itself can go on. (Only a
+							// write refused outright puts a stream on the list `Writable` is
+							// reported from.)
+							full = true;
+							break;
+						}
+					}
+					Err(quinn_proto::WriteError::Blocked) => {
+						if !chunk.is_empty() {
+							half.queue.push_front(chunk);
+						}
+						half.queue.push_front(part);
+						outcome = After::Blocked;
+						break;
+					}
+					Err(quinn_proto::WriteError::Stopped(code)) => {
+						half.stopped = Some(code.into_inner());
+						half.queue.clear();
+						half.queued = 0;
+						break;
+					}
+					Err(quinn_proto::WriteError::ClosedStream) => {
+						half.queue.clear();
+						half.queued = 0;
+						break;
+					}
+				}
+			}
+			if outcome != After::Blocked {
+				outcome = if half.queued > 0 { After::Ready } else { After::Drained };
+			}
+			let mut finished = false;
+			if half.queued == 0 && (half.finishing || half.stopped.is_some()) && !half.done {
+				if half.stopped.is_none() {
+					let _ = stream.finish();
+				}
+				half.done = true;
+				finished = true;
+			}
+			let woke = half.queued < STREAM_BUFFER;
+			fed += sent;
+			self.scheduler.sent(pick, sent, outcome);
+			if finished {
+				self.scheduler.remove_stream(pick.stream);
+				self.collect(id);
+			}
+			if woke {
+				self.wake_stream(id);
+			}
+			if full {
+				break;
+			}
+			if outcome == After::Blocked {
+				blocked += 1;
+				// Two blocked streams in a row: quinn-proto's window is full, not one stream's
+				// flow control. Each blocked stream hears `Writable` when it can go on.
+				if blocked >= 2 {
+					break;
+				}
+			} else {
+				blocked = 0;
+			}
+		}
+	}
+}
+
+/// Drives one connection until it has drained.
+pub(crate) async fn drive(shared: Rc<ConnShared>) {
+	let Some(endpoint) = shared.endpoint.upgrade() else {
+		return;
+	};
+	let mut deadline = Deadline::new(None);
+	let mut spare: Option<Vec<u8>> = None;
+	// The sender's queue was full: wait for room before producing more.
+	let mut tx_blocked = false;
+	loop {
+		kio::wait(|w| {
+			if tx_blocked && endpoint.poll_tx_space(w) {
+				tx_blocked = false;
+				return Poll::Ready(());
+			}
+			let mut state = shared.state.borrow_mut();
+			if state.dirty && !tx_blocked {
+				return Poll::Ready(());
+			}
+			state.driver.register(w);
+			drop(state);
+			deadline.poll_elapsed(w)
+		})
+		.await;
+		let outcome = turn(&shared, &endpoint, &mut spare);
+		let next = shared.state.borrow_mut().proto.poll_timeout();
+		deadline.set(next);
+		match outcome {
+			Turn::Drained => {
+				if let Some(buf) = spare.take() {
+					endpoint.recycle(buf);
+				}
+				endpoint.forget(shared.handle);
+				return;
+			}
+			Turn::Again => kio::yield_now().await,
+			Turn::TxFull => tx_blocked = true,
+			Turn::Idle => {}
+		}
+	}
+}
+
+enum Turn {
+	Idle,
+	Again,
+	TxFull,
+	Drained,
+}
+
+fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Option<Vec<u8>>) -> Turn {
+	let now = kio::time::now();
+	let mut state = shared.state.borrow_mut();
+	state.dirty = false;
+	while let Some(event) = state.inbox.pop_front() {
+		state.proto.handle_event(event);
+	}
+	if state.proto.poll_timeout().is_some_and(|at| at <= now) {
+		state.proto.handle_timeout(now);
+	}
+	let mut drained = false;
+	while let Some(event) = state.proto.poll_endpoint_events() {
+		drained |= event.is_drained();
+		let back = endpoint.state.borrow_mut().proto.handle_event(shared.handle, event);
+		if let Some(back) = back {
+			state.proto.handle_event(back);
+		}
+	}
+	let mut announce = false;
+	while let Some(event) = state.proto.poll() {
+		announce |= state.on_event(event);
+	}
+	if announce {
+		drop(state);
+		endpoint.established(Connection::new(shared.clone(), None));
+		state = shared.state.borrow_mut();
+	}
+	if drained {
+		let reason = state.lost.clone().unwrap_or(ConnectionError::LocallyClosed);
+		state.lose(reason);
+		return Turn::Drained;
+	}
+
+	// Keep quinn-proto's buffer about one congestion window past what is in flight.
+	let mtu = usize::from(state.proto.current_mtu());
+	let batch = state.gso_segments * mtu;
+	let window = state.proto.congestion_state().window();
+	state.proto.set_send_window((2 * window + 2 * batch as u64).max(MIN_SEND_WINDOW));
+
+	let mut datagrams = 0;
+	loop {
+		if datagrams >= TX_DATAGRAM_BUDGET {
+			state.dirty = true;
+			return Turn::Again;
+		}
+		if !state.scheduler.is_empty() {
+			state.feed(batch);
+		}
+		// Checked before producing, so a produced transmit always has a place.
+		if !endpoint.has_tx_space() {
+			state.dirty = true;
+			return Turn::TxFull;
+		}
+		let mut buf = spare.take().unwrap_or_else(|| endpoint.take_buf());
+		let max_datagrams = state.gso_segments;
+		match state.proto.poll_transmit(now, max_datagrams, &mut buf) {
+			Some(transmit) => {
+				buf.truncate(transmit.size);
+				datagrams += transmit.segment_size.map_or(1, |s| transmit.size.div_ceil(s));
+				endpoint.queue(Outgoing {
+					destination: transmit.destination,
+					ecn: transmit.ecn,
+					src_ip: transmit.src_ip,
+					segment_size: transmit.segment_size,
+					buf,
+				});
+			}
+			None => {
+				*spare = Some(buf);
+				return Turn::Idle;
+			}
+		}
+	}
+}
+
+/// A QUIC connection. Cheap to clone; when the last clone (and the last stream) is dropped, the
+/// connection is closed with code 0.
+#[derive(Clone)]
+pub struct Connection(Rc<ConnHandle>);
+
+struct ConnHandle {
+	shared: Rc<ConnShared>,
+	/// Keeps a client's endpoint (and so its tasks) alive while the connection is in use.
+	_endpoint: Option<Endpoint>,
+}
+
+impl Drop for ConnHandle {
+	fn drop(&mut self) {
+		self.shared.close(0, b"");
+	}
+}
+
+impl Connection {
+	pub(crate) fn new(shared: Rc<ConnShared>, endpoint: Option<Endpoint>) -> Self {
+		Self(Rc::new(ConnHandle {
+			shared,
+			_endpoint: endpoint,
+		}))
+	}
+
+	fn state(&self) -> std::cell::RefMut<'_, ConnState> {
+		self.0.shared.state.borrow_mut()
+	}
+
+	/// Ready once the handshake completed (`Ok`) or failed.
+	pub fn poll_established(&self, waiter: &Waiter) -> Poll<Result<(), ConnectionError>> {
+		let mut state = self.state();
+		if state.established {
+			return Poll::Ready(Ok(()));
+		}
+		if let Some(reason) = &state.lost {
+			return Poll::Ready(Err(reason.clone()));
+		}
+		state.state_waiters.register(waiter);
+		Poll::Pending
+	}
+
+	/// See [`Self::poll_established`].
+	pub async fn established(&self) -> Result<(), ConnectionError> {
+		kio::wait(|w| self.poll_established(w)).await
+	}
+
+	/// The negotiated ALPN protocol.
+	pub fn alpn(&self) -> Option<Vec<u8>> {
+		let state = self.state();
+		let data = state.proto.crypto_session().handshake_data()?;
+		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok()?.protocol
+	}
+
+	/// The server name the client asked for (SNI).
+	pub fn server_name(&self) -> Option<String> {
+		let state = self.state();
+		let data = state.proto.crypto_session().handshake_data()?;
+		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok()?.server_name
+	}
+
+	/// The peer's address.
+	pub fn remote_address(&self) -> std::net::SocketAddr {
+		self.state().proto.remote_address()
+	}
+
+	/// quinn-proto's statistics.
+	pub fn stats(&self) -> quinn_proto::ConnectionStats {
+		self.state().proto.stats()
+	}
+
+	/// The current round-trip estimate.
+	pub fn rtt(&self) -> std::time::Duration {
+		self.state().proto.rtt()
+	}
+
+	/// Live stream entries and scheduler groups (for tests that state is freed).
+	pub fn tracked(&self) -> (usize, usize) {
+		let state = self.state();
+		(state.streams.len(), state.scheduler.groups())
+	}
+
+	/// Opens a stream (`Dir::Uni` or `Dir::Bi`); waits while the peer's stream limit is reached.
+	pub fn poll_open(&self, waiter: &Waiter, dir: Dir) -> Poll<Result<StreamId, StreamError>> {
+		let mut state = self.state();
+		if let Some(e) = state.lost_error() {
+			return Poll::Ready(Err(e));
+		}
+		match state.proto.streams().open(dir) {
+			Some(id) => {
+				let group = state.scheduler.insert_group(0);
+				let slot = state.scheduler.insert_stream(group, stream_key(id));
+				state.streams.insert(
+					id,
+					StreamState {
+						send: Some(SendHalf {
+							queue: VecDeque::new(),
+							queued: 0,
+							finishing: false,
+							done: false,
+							slot,
+							group,
+							shared_group: None,
+							stopped: None,
+						}),
+						handles: if dir == Dir::Bi { 2 } else { 1 },
+						waiters: WaiterList::new(),
+					},
+				);
+				Poll::Ready(Ok(id))
+			}
+			None => {
+				state.open_waiters[dir_index(dir)].register(waiter);
+				Poll::Pending
+			}
+		}
+	}
+
+	/// Opens a unidirectional stream.
+	pub async fn open_uni(&self) -> Result<SendStream, StreamError> {
+		let id = kio::wait(|w| self.poll_open(w, Dir::Uni)).await?;
+		Ok(SendStream::new(self.clone(), id))
+	}
+
+	/// Opens a bidirectional stream.
+	pub async fn open_bi(&self) -> Result<(SendStream, RecvStream), StreamError> {
+		let id = kio::wait(|w| self.poll_open(w, Dir::Bi)).await?;
+		Ok((SendStream::new(self.clone(), id), RecvStream::new(self.clone(), id)))
+	}
+
+	/// Accepts the peer's next stream of `dir`.
+	pub fn poll_accept(&self, waiter: &Waiter, dir: Dir) -> Poll<Result<StreamId, StreamError>> {
+		let mut state = self.state();
+		match state.proto.streams().accept(dir) {
+			Some(id) => {
+				let mut entry = StreamState {
+					handles: 1,
+					..StreamState::default()
+				};
+				if dir == Dir::Bi {
+					let group = state.scheduler.insert_group(0);
+					let slot = state.scheduler.insert_stream(group, stream_key(id));
+					entry.handles = 2;
+					entry.send = Some(SendHalf {
+						queue: VecDeque::new(),
+						queued: 0,
+						finishing: false,
+						done: false,
+						slot,
+						group,
+						shared_group: None,
+						stopped: None,
+					});
+				}
+				state.streams.insert(id, entry);
+				// Accepting may raise the peer's stream limit: MAX_STREAMS goes out.
+				state.mark_dirty();
+				Poll::Ready(Ok(id))
+			}
+			None => {
+				if let Some(e) = state.lost_error() {
+					return Poll::Ready(Err(e));
+				}
+				state.accept_waiters[dir_index(dir)].register(waiter);
+				Poll::Pending
+			}
+		}
+	}
+
+	/// Accepts the peer's next unidirectional stream.
+	pub async fn accept_uni(&self) -> Result<RecvStream, StreamError> {
+		let id = kio::wait(|w| self.poll_accept(w, Dir::Uni)).await?;
+		Ok(RecvStream::new(self.clone(), id))
+	}
+
+	/// Accepts the peer's next bidirectional stream.
+	pub async fn accept_bi(&self) -> Result<(SendStream, RecvStream), StreamError> {
+		let id = kio::wait(|w| self.poll_accept(w, Dir::Bi)).await?;
+		Ok((SendStream::new(self.clone(), id), RecvStream::new(self.clone(), id)))
+	}
+
+	/// Sends an unreliable datagram (the oldest queued one is dropped if the buffer is full).
+	pub fn send_datagram(&self, payload: Bytes) -> Result<(), StreamError> {
+		let mut state = self.state();
+		if let Some(e) = state.lost_error() {
+			return Err(e);
+		}
+		let result = state.proto.datagrams().send(payload, true);
+		state.mark_dirty();
+		result.map_err(|_| StreamError::Closed)
+	}
+
+	/// The largest datagram the peer accepts now, if it accepts any.
+	pub fn max_datagram_size(&self) -> Option<usize> {
+		self.state().proto.datagrams().max_size()
+	}
+
+	/// The next received datagram.
+	pub fn poll_recv_datagram(&self, waiter: &Waiter) -> Poll<Result<Bytes, StreamError>> {
+		let mut state = self.state();
+		if let Some(datagram) = state.proto.datagrams().recv() {
+			return Poll::Ready(Ok(datagram));
+		}
+		if let Some(e) = state.lost_error() {
+			return Poll::Ready(Err(e));
+		}
+		state.datagram_waiters.register(waiter);
+		Poll::Pending
+	}
+
+	/// See [`Self::poll_recv_datagram`].
+	pub async fn recv_datagram(&self) -> Result<Bytes, StreamError> {
+		kio::wait(|w| self.poll_recv_datagram(w)).await
+	}
+
+	/// Closes the connection with an application `code`; the peer sees it.
+	pub fn close(&self, code: u64, reason: &str) {
+		self.0.shared.close(code, reason.as_bytes());
+	}
+
+	/// Ready with the reason once the connection has ended.
+	pub fn poll_closed(&self, waiter: &Waiter) -> Poll<ConnectionError> {
+		let mut state = self.state();
+		if let Some(reason) = &state.lost {
+			return Poll::Ready(reason.clone());
+		}
+		state.state_waiters.register(waiter);
+		Poll::Pending
+	}
+
+	/// See [`Self::poll_closed`].
+	pub async fn closed(&self) -> ConnectionError {
+		kio::wait(|w| self.poll_closed(w)).await
+	}
+
+	// ---- stream operations, called by the stream handles ----
+
+	pub(crate) fn poll_write(&self, waiter: &Waiter, id: StreamId, data: &mut Bytes) -> Poll<Result<(), StreamError>> {
+		let mut state = self.state();
+		let lost = state.lost_error();
+		let ConnState {
+			streams, scheduler, ..
+		} = &mut *state;
+		let stream = streams.get_mut(&id).expect("a handle keeps its entry");
+		let half = stream.send.as_mut().expect("a send handle has a send half");
+		if let Some(code) = half.stopped {
+			return Poll::Ready(Err(StreamError::Stopped(code)));
+		}
+		if let Some(e) = lost {
+			return Poll::Ready(Err(e));
+		}
+		if half.finishing || half.done {
+			return Poll::Ready(Err(StreamError::Closed));
+		}
+		while !data.is_empty() {
+			let room = STREAM_BUFFER.saturating_sub(half.queued);
+			if room == 0 {
+				stream.waiters.register(waiter);
+				break;
+			}
+			let take = room.min(data.len());
+			let chunk = data.split_to(take);
+			half.queued += take;
+			half.queue.push_back(chunk);
+		}
+		if half.queued > 0 {
+			scheduler.ready(half.slot);
+			state.mark_dirty();
+		}
+		if data.is_empty() { Poll::Ready(Ok(())) } else { Poll::Pending }
+	}
+
+	pub(crate) fn finish(&self, id: StreamId) -> Result<(), StreamError> {
+		let mut state = self.state();
+		let ConnState {
+			streams, scheduler, ..
+		} = &mut *state;
+		let half = streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("a send handle has a send half");
+		if let Some(code) = half.stopped {
+			return Err(StreamError::Stopped(code));
+		}
+		if half.finishing || half.done {
+			return Err(StreamError::Closed);
+		}
+		half.finishing = true;
+		// An empty stream still needs its FIN sent: the scheduler hands it over.
+		scheduler.ready(half.slot);
+		state.mark_dirty();
+		Ok(())
+	}
+
+	pub(crate) fn reset(&self, id: StreamId, code: u64) {
+		let mut state = self.state();
+		let ConnState {
+			streams,
+			scheduler,
+			proto,
+			..
+		} = &mut *state;
+		let Some(half) = streams.get_mut(&id).and_then(|s| s.send.as_mut()) else {
+			return;
+		};
+		if half.done && half.stopped.is_some() {
+			return;
+		}
+		half.queue.clear();
+		half.queued = 0;
+		if !half.done {
+			half.done = true;
+			scheduler.remove_stream(half.slot);
+		}
+		// Resetting after finish abandons what is still unacknowledged.
+		let _ = proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+		state.mark_dirty();
+	}
+
+	pub(crate) fn set_priority(&self, id: StreamId, priority: i32) {
+		let mut state = self.state();
+		let ConnState {
+			streams,
+			scheduler,
+			proto,
+			..
+		} = &mut *state;
+		if let Some(half) = streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
+			scheduler.set_priority(half.group, priority);
+			let _ = proto.send_stream(id).set_priority(priority);
+		}
+	}
+
+	pub(crate) fn set_group(&self, id: StreamId, key: u64) {
+		let mut state = self.state();
+		let Some(half) = state.streams.get_mut(&id).and_then(|s| s.send.as_mut()) else {
+			return;
+		};
+		if half.shared_group == Some(key) || half.done {
+			return;
+		}
+		let (old, old_key, slot) = (half.group, half.shared_group, half.slot);
+		let priority = state.scheduler.priority(old);
+		let group = match state.groups.get_mut(&key) {
+			Some(entry) => {
+				entry.streams += 1;
+				entry.id
+			}
+			None => {
+				let id = state.scheduler.insert_group(priority);
+				state.groups.insert(key, SharedGroup { id, streams: 1 });
+				id
+			}
+		};
+		state.scheduler.move_stream(slot, group);
+		let half = state.streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("checked above");
+		half.group = group;
+		half.shared_group = Some(key);
+		state.release_group(old, old_key);
+	}
+
+	pub(crate) fn poll_stopped(&self, waiter: &Waiter, id: StreamId) -> Poll<Result<u64, StreamError>> {
+		let mut state = self.state();
+		let lost = state.lost_error();
+		let stream = state.streams.get_mut(&id).expect("a handle keeps its entry");
+		if let Some(code) = stream.send.as_ref().and_then(|h| h.stopped) {
+			return Poll::Ready(Ok(code));
+		}
+		if let Some(e) = lost {
+			return Poll::Ready(Err(e));
+		}
+		stream.waiters.register(waiter);
+		Poll::Pending
+	}
+
+	pub(crate) fn poll_read(&self, waiter: &Waiter, id: StreamId) -> Poll<Result<Option<Bytes>, StreamError>> {
+		let mut state = self.state();
+		let mut stream = state.proto.recv_stream(id);
+		let mut chunks = match stream.read(true) {
+			Ok(chunks) => chunks,
+			Err(quinn_proto::ReadableError::ClosedStream) => return Poll::Ready(Ok(None)),
+			Err(quinn_proto::ReadableError::IllegalOrderedRead) => return Poll::Ready(Err(StreamError::Closed)),
+		};
+		let result = chunks.next(usize::MAX);
+		let transmit = chunks.finalize().should_transmit();
+		if transmit {
+			state.mark_dirty();
+		}
+		match result {
+			Ok(Some(chunk)) => Poll::Ready(Ok(Some(chunk.bytes))),
+			Ok(None) => Poll::Ready(Ok(None)),
+			Err(quinn_proto::ReadError::Reset(code)) => Poll::Ready(Err(StreamError::Reset(code.into_inner()))),
+			Err(quinn_proto::ReadError::Blocked) => {
+				if let Some(e) = state.lost_error() {
+					return Poll::Ready(Err(e));
+				}
+				state.streams.get_mut(&id).expect("a handle keeps its entry").waiters.register(waiter);
+				Poll::Pending
+			}
+		}
+	}
+
+	pub(crate) fn stop(&self, id: StreamId, code: u64) {
+		let mut state = self.state();
+		let _ = state.proto.recv_stream(id).stop(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+		state.mark_dirty();
+	}
+
+	/// A stream handle went away.
+	pub(crate) fn release(&self, id: StreamId) {
+		let mut state = self.state();
+		if let Some(stream) = state.streams.get_mut(&id) {
+			stream.handles = stream.handles.saturating_sub(1);
+		}
+		state.collect(id);
+	}
+}
+
+impl std::fmt::Debug for Connection {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("Connection").field("handle", &self.0.shared.handle.0).finish_non_exhaustive()
+	}
+}

@@ -1,0 +1,553 @@
+//! The endpoint: one UDP socket (or simulated port) and one `quinn_proto::Endpoint` per worker.
+//!
+//! Two tasks serve the socket. The **receiver** takes GRO trains, feeds
+//! `quinn_proto::Endpoint::handle` one datagram at a time, resolves every `Incoming` (accepted,
+//! or refused with its response sent: an unresolved one leaks its buffers), and routes connection
+//! events to their connection, marking it dirty. The **sender** drains the endpoint's queue of
+//! produced transmits: each is one `sendmsg` (a GSO train), all those queued go to the kernel in
+//! the same loop turn, and a transmit quinn-proto produced is never dropped: when the queue is
+//! full, connections stop polling for more until the sender has made room.
+//!
+//! Ownership: the endpoint's table holds each connection's shared state; a connection refers back
+//! to the endpoint weakly, so the two never keep each other alive. Dropping the last [`Endpoint`]
+//! handle aborts its tasks and every connection's driver.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytes::BytesMut;
+use kio::net::{Ecn, UdpConfig, UdpSocket};
+use kio::{JoinHandle, Waiter, WaiterList};
+use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
+
+use crate::connection::{self, ConnShared, Connection};
+use crate::sim;
+use crate::{Config, ConnectError};
+
+/// Transmits waiting for the sender before connections stop producing more. Each is one GSO train
+/// of up to [`Config::gso_segments`] datagrams.
+const TX_QUEUE_LIMIT: usize = 64;
+/// Transmits the sender hands to the kernel per loop turn.
+const TX_BATCH: usize = 32;
+
+/// What a transmit carries out of a connection.
+pub(crate) struct Outgoing {
+	pub(crate) destination: SocketAddr,
+	pub(crate) ecn: Option<EcnCodepoint>,
+	pub(crate) src_ip: Option<IpAddr>,
+	pub(crate) segment_size: Option<usize>,
+	pub(crate) buf: Vec<u8>,
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+	/// Datagrams received.
+	pub datagrams_in: u64,
+	/// Bytes received (UDP payload).
+	pub bytes_in: u64,
+	/// Datagrams sent.
+	pub datagrams_out: u64,
+	/// Bytes sent (UDP payload).
+	pub bytes_out: u64,
+	/// `sendmsg` operations (a GSO train is one).
+	pub transmits: u64,
+	/// Connections accepted (handshake complete).
+	pub accepted: u64,
+	/// Incoming connections refused.
+	pub refused: u64,
+	/// Connections currently open.
+	pub open: u64,
+	/// Sends that failed (the datagrams are lost; QUIC's recovery resends their data).
+	pub send_errors: u64,
+}
+
+pub(crate) enum Io {
+	Udp(UdpSocket),
+	Sim(sim::Port),
+}
+
+pub(crate) struct EndpointState {
+	pub(crate) proto: quinn_proto::Endpoint,
+	pub(crate) config: Config,
+	conns: HashMap<ConnectionHandle, Rc<ConnShared>>,
+	accepted: VecDeque<Connection>,
+	accept_waiters: WaiterList,
+	drain_waiters: WaiterList,
+	tx: VecDeque<Outgoing>,
+	tx_waiters: WaiterList,
+	tx_space: WaiterList,
+	pool: Vec<Vec<u8>>,
+	pub(crate) stats: EndpointStats,
+	closed: bool,
+	response: Vec<u8>,
+}
+
+pub(crate) struct EndpointShared {
+	pub(crate) state: RefCell<EndpointState>,
+	io: Io,
+	local: SocketAddr,
+	/// Connection drivers, aborted with the endpoint.
+	drivers: RefCell<HashMap<ConnectionHandle, JoinHandle<()>>>,
+}
+
+struct Handle {
+	shared: Rc<EndpointShared>,
+	tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+	fn drop(&mut self) {
+		for task in self.tasks.drain(..) {
+			task.abort();
+		}
+		let drivers: Vec<_> = self.shared.drivers.borrow_mut().drain().map(|(_, d)| d).collect();
+		for driver in drivers {
+			driver.abort();
+		}
+		let mut state = self.shared.state.borrow_mut();
+		state.closed = true;
+		let conns: Vec<_> = state.conns.drain().map(|(_, c)| c).collect();
+		state.accepted.clear();
+		let wakes = state.accept_waiters.take();
+		drop(state);
+		wakes.wake();
+		// Their drivers are gone: whoever still holds one of them hears it is closed.
+		for conn in conns {
+			conn.abandon();
+		}
+	}
+}
+
+/// A QUIC endpoint on the current kio worker: a server, a client, or both. Cheap to clone.
+#[derive(Clone)]
+pub struct Endpoint(Rc<Handle>);
+
+impl Endpoint {
+	/// Binds a UDP socket at `addr` on this worker (with `SO_REUSEPORT`, so every worker can bind
+	/// the same port) and starts serving it.
+	pub fn bind(addr: SocketAddr, config: Config) -> io::Result<Self> {
+		let udp = UdpConfig::new().reuse_port(true).gro(config.gro);
+		let socket = UdpSocket::bind_with(addr, &udp)?;
+		socket.set_gso_enabled(config.gso_segments > 1);
+		let local = socket.local_addr();
+		Ok(Self::start(Io::Udp(socket), local, config))
+	}
+
+	/// An endpoint on a simulated network (see [`sim`](crate::sim)).
+	pub fn simulated(network: &sim::Network, addr: SocketAddr, config: Config) -> Self {
+		let port = network.bind(addr);
+		Self::start(Io::Sim(port), addr, config)
+	}
+
+	fn start(io: Io, local: SocketAddr, config: Config) -> Self {
+		let allow_mtud = matches!(io, Io::Udp(_));
+		let proto = quinn_proto::Endpoint::new(
+			Arc::new(config.endpoint.clone()),
+			config.server.clone().map(Arc::new),
+			allow_mtud,
+			None,
+		);
+		let shared = Rc::new(EndpointShared {
+			state: RefCell::new(EndpointState {
+				proto,
+				config,
+				conns: HashMap::new(),
+				accepted: VecDeque::new(),
+				accept_waiters: WaiterList::new(),
+				drain_waiters: WaiterList::new(),
+				tx: VecDeque::new(),
+				tx_waiters: WaiterList::new(),
+				tx_space: WaiterList::new(),
+				pool: Vec::new(),
+				stats: EndpointStats::default(),
+				closed: false,
+				response: Vec::new(),
+			}),
+			io,
+			local,
+			drivers: RefCell::new(HashMap::new()),
+		});
+		let tasks = vec![kio::spawn(receive(shared.clone())), kio::spawn(send(shared.clone()))];
+		Self(Rc::new(Handle { shared, tasks }))
+	}
+
+	/// The bound address.
+	pub fn local_addr(&self) -> SocketAddr {
+		self.0.shared.local
+	}
+
+	/// Counters.
+	pub fn stats(&self) -> EndpointStats {
+		self.0.shared.state.borrow().stats
+	}
+
+	/// The socket's counters, for a UDP endpoint.
+	pub fn udp_stats(&self) -> Option<kio::net::UdpStats> {
+		match &self.0.shared.io {
+			Io::Udp(socket) => Some(socket.stats()),
+			Io::Sim(_) => None,
+		}
+	}
+
+	/// Starts a connection to `addr`, verifying the server as `server_name` with the client
+	/// configuration given in [`Config::client`]. Await [`Connection::established`] for the
+	/// handshake.
+	pub fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Connection, ConnectError> {
+		let client = self.0.shared.state.borrow().config.client.clone().ok_or(ConnectError::NoClientConfig)?;
+		self.connect_with(client, addr, server_name)
+	}
+
+	/// [`Self::connect`] with an explicit client configuration.
+	pub fn connect_with(
+		&self,
+		client: quinn_proto::ClientConfig,
+		addr: SocketAddr,
+		server_name: &str,
+	) -> Result<Connection, ConnectError> {
+		let now = kio::time::now();
+		let (handle, conn) = self.0.shared.state.borrow_mut().proto.connect(now, client, addr, server_name)?;
+		Ok(Connection::new(adopt(&self.0.shared, handle, conn), Some(self.clone())))
+	}
+
+	/// The next connection a client opened to this endpoint, once its handshake is complete;
+	/// `None` once the endpoint is closed.
+	pub fn poll_accept(&self, waiter: &Waiter) -> Poll<Option<Connection>> {
+		let mut state = self.0.shared.state.borrow_mut();
+		if let Some(conn) = state.accepted.pop_front() {
+			return Poll::Ready(Some(conn));
+		}
+		if state.closed {
+			return Poll::Ready(None);
+		}
+		state.accept_waiters.register(waiter);
+		Poll::Pending
+	}
+
+	/// See [`Self::poll_accept`].
+	pub async fn accept(&self) -> Option<Connection> {
+		kio::wait(|w| self.poll_accept(w)).await
+	}
+
+	/// Stops accepting: new connection attempts are refused; open connections go on.
+	pub fn stop_accepting(&self) {
+		let mut state = self.0.shared.state.borrow_mut();
+		state.proto.set_server_config(None);
+		state.config.server = None;
+	}
+
+	/// Closes every connection with `code` and stops accepting.
+	pub fn close(&self, code: u64, reason: &str) {
+		self.stop_accepting();
+		let conns: Vec<_> = self.0.shared.state.borrow().conns.values().cloned().collect();
+		for conn in conns {
+			conn.close(code, reason.as_bytes());
+		}
+		let mut state = self.0.shared.state.borrow_mut();
+		state.closed = true;
+		let wakes = state.accept_waiters.take();
+		drop(state);
+		wakes.wake();
+	}
+
+	/// Connections still open (handshaking, established or closing).
+	pub fn open_connections(&self) -> usize {
+		self.0.shared.state.borrow().conns.len()
+	}
+
+	/// Ready once no connection is left (each has drained after its close).
+	pub fn poll_drained(&self, waiter: &Waiter) -> Poll<()> {
+		let mut state = self.0.shared.state.borrow_mut();
+		if state.conns.is_empty() {
+			return Poll::Ready(());
+		}
+		state.drain_waiters.register(waiter);
+		Poll::Pending
+	}
+
+	/// See [`Self::poll_drained`].
+	pub async fn drained(&self) {
+		kio::wait(|w| self.poll_drained(w)).await
+	}
+}
+
+impl std::fmt::Debug for Endpoint {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("Endpoint").field("local", &self.local_addr()).finish_non_exhaustive()
+	}
+}
+
+/// Puts a new connection in the table and starts its driver.
+fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_proto::Connection) -> Rc<ConnShared> {
+	let gso = {
+		let state = shared.state.borrow();
+		match &shared.io {
+			Io::Udp(socket) if socket.gso_enabled() => state.config.gso_segments,
+			Io::Udp(_) => 1,
+			Io::Sim(_) => state.config.gso_segments,
+		}
+	};
+	let conn = ConnShared::new(handle, Rc::downgrade(shared), conn, gso.max(1));
+	let mut state = shared.state.borrow_mut();
+	state.conns.insert(handle, conn.clone());
+	state.stats.open = state.conns.len() as u64;
+	drop(state);
+	let driver = kio::spawn(connection::drive(conn.clone()));
+	shared.drivers.borrow_mut().insert(handle, driver);
+	conn
+}
+
+impl EndpointShared {
+	/// Queues a transmit for the sender.
+	pub(crate) fn queue(&self, out: Outgoing) {
+		let mut state = self.state.borrow_mut();
+		let datagrams = out.segment_size.map_or(1, |s| out.buf.len().div_ceil(s.max(1))) as u64;
+		state.stats.datagrams_out += datagrams;
+		state.stats.bytes_out += out.buf.len() as u64;
+		state.stats.transmits += 1;
+		state.tx.push_back(out);
+		let wakes = state.tx_waiters.take();
+		drop(state);
+		wakes.wake();
+	}
+
+	/// Whether connections may produce another transmit; if not, `waiter` hears when they may.
+	pub(crate) fn poll_tx_space(&self, waiter: &Waiter) -> bool {
+		let mut state = self.state.borrow_mut();
+		if state.tx.len() < TX_QUEUE_LIMIT {
+			return true;
+		}
+		state.tx_space.register(waiter);
+		false
+	}
+
+	pub(crate) fn has_tx_space(&self) -> bool {
+		self.state.borrow().tx.len() < TX_QUEUE_LIMIT
+	}
+
+	/// A buffer for `poll_transmit`, from the pool.
+	pub(crate) fn take_buf(&self) -> Vec<u8> {
+		self.state.borrow_mut().pool.pop().unwrap_or_default()
+	}
+
+	pub(crate) fn recycle(&self, mut buf: Vec<u8>) {
+		buf.clear();
+		let mut state = self.state.borrow_mut();
+		if state.pool.len() < TX_QUEUE_LIMIT + TX_BATCH {
+			state.pool.push(buf);
+		}
+	}
+
+	/// The connection has drained: forget it.
+	pub(crate) fn forget(&self, handle: ConnectionHandle) {
+		let mut state = self.state.borrow_mut();
+		state.conns.remove(&handle);
+		state.stats.open = state.conns.len() as u64;
+		if state.conns.is_empty() {
+			state.drain_waiters.wake();
+		}
+		drop(state);
+		// The driver is the caller: dropping its handle detaches it, and it returns next.
+		self.drivers.borrow_mut().remove(&handle);
+	}
+
+	/// A server connection completed its handshake.
+	pub(crate) fn established(&self, conn: Connection) {
+		let mut state = self.state.borrow_mut();
+		if state.closed {
+			return;
+		}
+		state.stats.accepted += 1;
+		state.accepted.push_back(conn);
+		let wakes = state.accept_waiters.take();
+		drop(state);
+		wakes.wake();
+	}
+
+	fn handle_datagram(self: &Rc<Self>, now: std::time::Instant, from: SocketAddr, local_ip: Option<IpAddr>, ecn: Option<EcnCodepoint>, data: &[u8]) {
+		let mut state = self.state.borrow_mut();
+		state.stats.datagrams_in += 1;
+		state.stats.bytes_in += data.len() as u64;
+		let mut response = std::mem::take(&mut state.response);
+		let event = state.proto.handle(now, from, local_ip, ecn, BytesMut::from(data), &mut response);
+		match event {
+			None => {}
+			Some(DatagramEvent::ConnectionEvent(handle, event)) => {
+				if let Some(conn) = state.conns.get(&handle).cloned() {
+					drop(state);
+					conn.deliver(event);
+					state = self.state.borrow_mut();
+				}
+			}
+			Some(DatagramEvent::NewConnection(incoming)) => {
+				if state.config.server.is_none() || state.closed {
+					let transmit = state.proto.refuse(incoming, &mut response);
+					state.stats.refused += 1;
+					drop(state);
+					self.respond(transmit, &response);
+					state = self.state.borrow_mut();
+				} else {
+					match state.proto.accept(incoming, now, &mut response, None) {
+						Ok((handle, conn)) => {
+							drop(state);
+							// Its driver hands it to `accept` once the handshake is complete.
+							adopt(self, handle, conn);
+							state = self.state.borrow_mut();
+						}
+						Err(error) => {
+							state.stats.refused += 1;
+							if let Some(transmit) = error.response {
+								drop(state);
+								self.respond(transmit, &response);
+								state = self.state.borrow_mut();
+							}
+						}
+					}
+				}
+			}
+			Some(DatagramEvent::Response(transmit)) => {
+				drop(state);
+				self.respond(transmit, &response);
+				state = self.state.borrow_mut();
+			}
+		}
+		response.clear();
+		state.response = response;
+	}
+
+	fn respond(&self, transmit: quinn_proto::Transmit, contents: &[u8]) {
+		let mut buf = self.take_buf();
+		buf.extend_from_slice(&contents[..transmit.size]);
+		self.queue(Outgoing {
+			destination: transmit.destination,
+			ecn: transmit.ecn,
+			src_ip: transmit.src_ip,
+			segment_size: transmit.segment_size,
+			buf,
+		});
+	}
+}
+
+fn ecn_in(ecn: Option<Ecn>) -> Option<EcnCodepoint> {
+	ecn.and_then(|e| EcnCodepoint::from_bits(e as u8))
+}
+
+fn ecn_out(ecn: Option<EcnCodepoint>) -> Option<Ecn> {
+	ecn.map(|e| match e {
+		EcnCodepoint::Ect0 => Ecn::Ect0,
+		EcnCodepoint::Ect1 => Ecn::Ect1,
+		EcnCodepoint::Ce => Ecn::Ce,
+	})
+}
+
+/// The receiver task.
+async fn receive(shared: Rc<EndpointShared>) {
+	match &shared.io {
+		Io::Udp(socket) => loop {
+			let train = match socket.recv().await {
+				Ok(train) => train,
+				// A failed multishot re-arms on the next call; only a closed socket ends this.
+				Err(e) if e.raw_os_error() == Some(libc_ebadf()) => return,
+				Err(_) => continue,
+			};
+			let now = kio::time::now();
+			let (peer, local_ip, ecn) = (train.peer(), train.local_ip(), ecn_in(train.ecn()));
+			for datagram in train.segments() {
+				shared.handle_datagram(now, peer, local_ip, ecn, datagram);
+			}
+		},
+		Io::Sim(port) => loop {
+			let Some(datagram) = port.recv().await else {
+				return;
+			};
+			let now = kio::time::now();
+			shared.handle_datagram(now, datagram.from, None, datagram.ecn, &datagram.payload);
+		},
+	}
+}
+
+fn libc_ebadf() -> i32 {
+	9
+}
+
+/// The sender task.
+async fn send(shared: Rc<EndpointShared>) {
+	let mut batch: Vec<Outgoing> = Vec::with_capacity(TX_BATCH);
+	loop {
+		kio::wait(|w| {
+			let mut state = shared.state.borrow_mut();
+			if state.tx.is_empty() {
+				state.tx_waiters.register(w);
+				return Poll::Pending;
+			}
+			let take = state.tx.len().min(TX_BATCH);
+			batch.extend(state.tx.drain(..take));
+			let wakes = state.tx_space.take();
+			drop(state);
+			wakes.wake();
+			Poll::Ready(())
+		})
+		.await;
+		match &shared.io {
+			Io::Udp(socket) => {
+				let mut sends: Vec<Pin<Box<kio::net::Send<'_>>>> = Vec::with_capacity(batch.len());
+				for out in batch.drain(..) {
+					let mut transmit = kio::net::Transmit::new(out.destination, &out.buf);
+					if let Some(size) = out.segment_size.filter(|s| *s < out.buf.len()) {
+						transmit = transmit.segments(size);
+					}
+					if let Some(ecn) = ecn_out(out.ecn) {
+						transmit = transmit.ecn(ecn);
+					}
+					if let Some(ip) = out.src_ip {
+						transmit = transmit.src_ip(ip);
+					}
+					// The payload is copied into the operation here, so the buffer is free again.
+					sends.push(Box::pin(socket.send(&transmit)));
+					shared.recycle(out.buf);
+				}
+				let failed = join_all(&mut sends).await;
+				if failed > 0 {
+					shared.state.borrow_mut().stats.send_errors += failed;
+				}
+			}
+			Io::Sim(port) => {
+				for out in batch.drain(..) {
+					port.send(&out);
+					shared.recycle(out.buf);
+				}
+			}
+		}
+	}
+}
+
+/// Waits for every send; returns how many failed.
+async fn join_all(sends: &mut [Pin<Box<kio::net::Send<'_>>>]) -> u64 {
+	let mut done = vec![false; sends.len()];
+	let mut failed = 0;
+	std::future::poll_fn(|cx| {
+		let mut pending = false;
+		for (send, done) in sends.iter_mut().zip(done.iter_mut()) {
+			if *done {
+				continue;
+			}
+			match send.as_mut().poll(cx) {
+				Poll::Ready(result) => {
+					*done = true;
+					failed += u64::from(result.is_err());
+				}
+				Poll::Pending => pending = true,
+			}
+		}
+		if pending { Poll::Pending } else { Poll::Ready(()) }
+	})
+	.await;
+	failed
+}

@@ -1,0 +1,325 @@
+//! TLS for QUIC: certificates, fingerprints, and rustls configurations.
+//!
+//! Every configuration is built with an explicit `ring` [`CryptoProvider`], never the process
+//! default: with both `ring` and `aws-lc-rs` in a build (feature unification), rustls's implicit
+//! default panics (moq-dev/moq#803). QUIC is TLS 1.3 only.
+//!
+//! Self-signed certificates are ECDSA P-256 and valid for at most 14 days, what browsers demand of
+//! a certificate pinned by hash (WebTransport `serverCertificateHashes`), so the same certificate
+//! serves both kinds of client. A client verifies the server by a root store, by a pinned SHA-256
+//! fingerprint of the leaf certificate, or not at all, which must be asked for by name
+//! ([`Verification::Disabled`]). Whatever the choice, the handshake signature is still checked
+//! against the presented certificate.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+/// The longest validity a generated certificate gets (browsers refuse pinned certificates valid for
+/// longer than 14 days).
+pub const MAX_SELF_SIGNED_VALIDITY: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// The crypto provider every configuration here is built with.
+pub fn provider() -> Arc<CryptoProvider> {
+	Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A certificate chain and its private key.
+pub struct Certificate {
+	chain: Vec<CertificateDer<'static>>,
+	key: PrivateKeyDer<'static>,
+	fingerprint: [u8; 32],
+}
+
+impl Certificate {
+	/// A self-signed ECDSA P-256 certificate for `names`, valid from a day ago for `validity`
+	/// (clamped to [`MAX_SELF_SIGNED_VALIDITY`] from its start).
+	pub fn self_signed(names: &[&str], validity: Duration) -> Result<Self, rcgen::Error> {
+		let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+		let mut params = rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
+		// A day of slack for clocks behind ours; the validity counts from there.
+		let start = SystemTime::now() - Duration::from_secs(24 * 3600);
+		let end = start + validity.min(MAX_SELF_SIGNED_VALIDITY);
+		let (y, m, d, secs) = utc_date(start);
+		params.not_before = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
+		let (y, m, d, secs) = utc_date(end);
+		params.not_after = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
+		params.distinguished_name.push(rcgen::DnType::CommonName, names.first().copied().unwrap_or("moq"));
+		let cert = params.self_signed(&key)?;
+		Ok(Self::new(
+			vec![cert.der().clone()],
+			PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+		))
+	}
+
+	/// A chain (leaf first) and its key.
+	pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Self {
+		let fingerprint = chain.first().map_or([0; 32], |leaf| fingerprint(leaf));
+		Self { chain, key, fingerprint }
+	}
+
+	/// Reads a PEM chain (leaf first) and a PEM private key.
+	pub fn from_pem_files(chain: &Path, key: &Path) -> io::Result<Self> {
+		let invalid = |what: &Path, e: rustls::pki_types::pem::Error| {
+			io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", what.display()))
+		};
+		let certs = CertificateDer::pem_file_iter(chain)
+			.map_err(|e| invalid(chain, e))?
+			.collect::<Result<Vec<_>, _>>()
+			.map_err(|e| invalid(chain, e))?;
+		if certs.is_empty() {
+			return Err(io::Error::new(
+				io::ErrorKind::InvalidData,
+				format!("{}: no certificate in the file", chain.display()),
+			));
+		}
+		let key = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid(key, e))?;
+		Ok(Self::new(certs, key))
+	}
+
+	/// The chain, leaf first.
+	pub fn chain(&self) -> &[CertificateDer<'static>] {
+		&self.chain
+	}
+
+	/// SHA-256 of the leaf certificate's DER.
+	pub fn fingerprint(&self) -> [u8; 32] {
+		self.fingerprint
+	}
+
+	/// [`Self::fingerprint`] as lowercase hex.
+	pub fn fingerprint_hex(&self) -> String {
+		hex(&self.fingerprint)
+	}
+}
+
+impl Clone for Certificate {
+	fn clone(&self) -> Self {
+		Self {
+			chain: self.chain.clone(),
+			key: self.key.clone_key(),
+			fingerprint: self.fingerprint,
+		}
+	}
+}
+
+impl fmt::Debug for Certificate {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("Certificate")
+			.field("chain", &self.chain.len())
+			.field("fingerprint", &self.fingerprint_hex())
+			.finish_non_exhaustive()
+	}
+}
+
+/// SHA-256 of a DER certificate, with the provider's hash (no extra crate).
+pub fn fingerprint(der: &CertificateDer<'_>) -> [u8; 32] {
+	let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+	let hash = suite.tls13().expect("a TLS 1.3 suite").common.hash_provider.hash(der.as_ref());
+	let mut out = [0; 32];
+	out.copy_from_slice(hash.as_ref());
+	out
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+	const DIGITS: &[u8; 16] = b"0123456789abcdef";
+	let mut out = String::with_capacity(bytes.len() * 2);
+	for byte in bytes {
+		out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+		out.push(char::from(DIGITS[usize::from(byte & 15)]));
+	}
+	out
+}
+
+/// Parses a SHA-256 fingerprint written as 64 hex digits (colons allowed between bytes).
+pub fn parse_fingerprint(text: &str) -> Option<[u8; 32]> {
+	let digits: Vec<u8> = text.bytes().filter(|b| *b != b':').collect();
+	if digits.len() != 64 {
+		return None;
+	}
+	let mut out = [0; 32];
+	for (i, pair) in digits.chunks(2).enumerate() {
+		let nibble = |c: u8| (c as char).to_digit(16);
+		out[i] = (nibble(pair[0])? * 16 + nibble(pair[1])?) as u8;
+	}
+	Some(out)
+}
+
+/// How a client checks the server's certificate.
+#[derive(Clone, Debug)]
+pub enum Verification {
+	/// Chains to one of these roots, for the server name (WebPKI, as browsers do).
+	Roots(Vec<CertificateDer<'static>>),
+	/// The leaf certificate's SHA-256 is one of these; names and chains are not looked at.
+	Fingerprints(Vec<[u8; 32]>),
+	/// No check of the certificate at all (the handshake signature is still verified). For
+	/// development only.
+	Disabled,
+}
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug)]
+pub struct TlsError(String);
+
+impl fmt::Display for TlsError {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.write_str(&self.0)
+	}
+}
+
+impl std::error::Error for TlsError {}
+
+fn tls_error(e: impl fmt::Display) -> TlsError {
+	TlsError(e.to_string())
+}
+
+/// A rustls server configuration for QUIC: TLS 1.3, `alpn` in order of preference.
+pub fn server_crypto(
+	certificate: &Certificate,
+	alpn: &[&[u8]],
+) -> Result<quinn_proto::crypto::rustls::QuicServerConfig, TlsError> {
+	let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+		.with_protocol_versions(&[&rustls::version::TLS13])
+		.map_err(tls_error)?
+		.with_no_client_auth()
+		.with_single_cert(certificate.chain.clone(), certificate.key.clone_key())
+		.map_err(tls_error)?;
+	tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+	quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).map_err(tls_error)
+}
+
+/// A rustls client configuration for QUIC: TLS 1.3, `alpn` offered in order.
+pub fn client_crypto(
+	verification: &Verification,
+	alpn: &[&[u8]],
+) -> Result<quinn_proto::crypto::rustls::QuicClientConfig, TlsError> {
+	let provider = provider();
+	let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+		.with_protocol_versions(&[&rustls::version::TLS13])
+		.map_err(tls_error)?;
+	let mut tls = match verification {
+		Verification::Roots(roots) => {
+			let mut store = rustls::RootCertStore::empty();
+			for root in roots {
+				store.add(root.clone()).map_err(tls_error)?;
+			}
+			builder.with_root_certificates(store).with_no_client_auth()
+		}
+		Verification::Fingerprints(pins) => builder
+			.dangerous()
+			.with_custom_certificate_verifier(Arc::new(PinnedVerifier {
+				pins: Some(pins.clone()),
+				provider,
+			}))
+			.with_no_client_auth(),
+		Verification::Disabled => builder
+			.dangerous()
+			.with_custom_certificate_verifier(Arc::new(PinnedVerifier { pins: None, provider }))
+			.with_no_client_auth(),
+	};
+	tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+	quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).map_err(tls_error)
+}
+
+/// Accepts a server whose leaf certificate hashes to a pinned fingerprint (or any, with no pins),
+/// and still verifies the handshake signature against that certificate.
+#[derive(Debug)]
+struct PinnedVerifier {
+	pins: Option<Vec<[u8; 32]>>,
+	provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+	fn verify_server_cert(
+		&self,
+		end_entity: &CertificateDer<'_>,
+		_intermediates: &[CertificateDer<'_>],
+		_server_name: &ServerName<'_>,
+		_ocsp_response: &[u8],
+		_now: UnixTime,
+	) -> Result<ServerCertVerified, rustls::Error> {
+		match &self.pins {
+			None => Ok(ServerCertVerified::assertion()),
+			Some(pins) if pins.contains(&fingerprint(end_entity)) => Ok(ServerCertVerified::assertion()),
+			Some(_) => Err(rustls::Error::InvalidCertificate(
+				rustls::CertificateError::ApplicationVerificationFailure,
+			)),
+		}
+	}
+
+	fn verify_tls12_signature(
+		&self,
+		message: &[u8],
+		cert: &CertificateDer<'_>,
+		dss: &DigitallySignedStruct,
+	) -> Result<HandshakeSignatureValid, rustls::Error> {
+		rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+	}
+
+	fn verify_tls13_signature(
+		&self,
+		message: &[u8],
+		cert: &CertificateDer<'_>,
+		dss: &DigitallySignedStruct,
+	) -> Result<HandshakeSignatureValid, rustls::Error> {
+		rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+	}
+
+	fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+		self.provider.signature_verification_algorithms.supported_schemes()
+	}
+}
+
+/// A UTC date and the seconds into it (days-to-civil conversion, so the `time` crate need not be a
+/// direct dependency).
+fn utc_date(at: SystemTime) -> (i32, u8, u8, u64) {
+	let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+	let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+	(year, month, day, secs % 86_400)
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i32, u8, u8) {
+	let z = days + 719_468;
+	let era = z.div_euclid(146_097);
+	let doe = z.rem_euclid(146_097);
+	let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+	let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	let mp = (5 * doy + 2) / 153;
+	let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+	let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+	let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
+	(year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+
+	#[test]
+	fn civil_dates_match_known_days() {
+		assert_eq!(civil_from_days(0), (1970, 1, 1));
+		assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+		assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+		assert_eq!(civil_from_days(20_787), (2026, 11, 30));
+	}
+
+	#[test]
+	fn fingerprints_round_trip_through_hex() {
+		let cert = Certificate::self_signed(&["localhost"], MAX_SELF_SIGNED_VALIDITY).unwrap();
+		let hex = cert.fingerprint_hex();
+		assert_eq!(hex.len(), 64);
+		assert_eq!(parse_fingerprint(&hex), Some(cert.fingerprint()));
+		assert_eq!(fingerprint(&cert.chain()[0]), cert.fingerprint());
+		assert_eq!(parse_fingerprint("zz"), None);
+	}
+}

@@ -1,0 +1,232 @@
+//! QUIC over real io_uring UDP sockets on loopback.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use moq_quic::{Certificate, Config, ConnectionError, Endpoint, StreamError, Verification};
+
+const ALPN: &[u8] = b"test/1";
+
+fn runtime() -> kio::Runtime {
+	kio::Builder::single().build().expect("a kio runtime")
+}
+
+fn local() -> SocketAddr {
+	"127.0.0.1:0".parse().unwrap()
+}
+
+fn certificate() -> Certificate {
+	Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap()
+}
+
+/// A server endpoint with `cert`, and a client endpoint pinning `pin`.
+fn pair(cert: &Certificate, pin: [u8; 32]) -> (Endpoint, Endpoint) {
+	let server = Endpoint::bind(local(), Config::new().with_server(cert, &[ALPN]).unwrap()).unwrap();
+	let client = Endpoint::bind(
+		local(),
+		Config::new().with_client(&Verification::Fingerprints(vec![pin]), &[ALPN]).unwrap(),
+	)
+	.unwrap();
+	(server, client)
+}
+
+/// A byte pattern that differs per stream and per offset, so a misplaced byte is caught.
+fn pattern(stream: usize, len: usize) -> Vec<u8> {
+	(0..len).map(|i| (i.wrapping_mul(31) ^ stream.wrapping_mul(7919)) as u8).collect()
+}
+
+#[test]
+fn handshake_with_a_pinned_fingerprint_negotiates_alpn() {
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		assert_eq!(conn.alpn().as_deref(), Some(ALPN));
+		assert_eq!(accepted.alpn().as_deref(), Some(ALPN));
+		assert_eq!(accepted.server_name().as_deref(), Some("localhost"));
+	});
+}
+
+#[test]
+fn a_wrong_fingerprint_is_refused() {
+	runtime().block_on(async {
+		let cert = certificate();
+		let mut wrong = cert.fingerprint();
+		wrong[0] ^= 1;
+		let (server, client) = pair(&cert, wrong);
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		let error = conn.established().await.unwrap_err();
+		assert!(
+			matches!(error, ConnectionError::TransportError(_)),
+			"expected a TLS failure, got {error:?}"
+		);
+		assert_eq!(server.stats().accepted, 0);
+	});
+}
+
+#[test]
+fn a_server_chained_to_a_trusted_root_is_accepted() {
+	runtime().block_on(async {
+		let ca_key = rcgen::KeyPair::generate().unwrap();
+		let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+		ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+		let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+		let leaf_key = rcgen::KeyPair::generate().unwrap();
+		let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+			.unwrap()
+			.signed_by(&leaf_key, &ca)
+			.unwrap();
+		let cert = Certificate::new(
+			vec![leaf.der().clone()],
+			rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+		);
+		let server = Endpoint::bind(local(), Config::new().with_server(&cert, &[ALPN]).unwrap()).unwrap();
+		let roots = Verification::Roots(vec![ca.der().clone()]);
+		let client = Endpoint::bind(local(), Config::new().with_client(&roots, &[ALPN]).unwrap()).unwrap();
+		client.connect(server.local_addr(), "localhost").unwrap().established().await.unwrap();
+		// The same roots refuse a name the certificate does not carry.
+		let error = client.connect(server.local_addr(), "example.com").unwrap().established().await.unwrap_err();
+		assert!(matches!(error, ConnectionError::TransportError(_)), "{error:?}");
+	});
+}
+
+#[test]
+fn bulk_transfer_both_ways_on_many_streams() {
+	const STREAMS: usize = 16;
+	const BYTES: usize = 256 * 1024;
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+
+		// The server reads each stream to its end, checks every byte, and answers on the same
+		// stream with a pattern of its own.
+		let echo = kio::spawn(async move {
+			let mut tasks = Vec::new();
+			for _ in 0..STREAMS {
+				let (mut send, mut recv) = accepted.accept_bi().await.unwrap();
+				tasks.push(kio::spawn(async move {
+					let data = recv.read_to_end(BYTES * 2).await.unwrap();
+					let stream = usize::from(data[0]);
+					assert_eq!(data, pattern_with_tag(stream, BYTES), "stream {stream} arrived damaged");
+					send.write(Bytes::from(pattern(stream + 1000, BYTES))).await.unwrap();
+					send.finish().unwrap();
+				}));
+			}
+			for task in tasks {
+				task.await.unwrap();
+			}
+			accepted
+		});
+
+		let mut tasks = Vec::new();
+		for stream in 0..STREAMS {
+			let conn = conn.clone();
+			tasks.push(kio::spawn(async move {
+				let (mut send, mut recv) = conn.open_bi().await.unwrap();
+				let data = Bytes::from(pattern_with_tag(stream, BYTES));
+				// In several writes, as an application would.
+				for chunk in data.chunks(40_000) {
+					send.write(Bytes::copy_from_slice(chunk)).await.unwrap();
+				}
+				send.finish().unwrap();
+				let back = recv.read_to_end(BYTES * 2).await.unwrap();
+				assert_eq!(back, pattern(stream + 1000, BYTES), "reply on stream {stream} arrived damaged");
+			}));
+		}
+		for task in tasks {
+			task.await.unwrap();
+		}
+		let _accepted = echo.await.unwrap();
+		let (streams, groups) = conn.tracked();
+		assert_eq!((streams, groups), (0, 0), "stream state left behind");
+	});
+}
+
+/// [`pattern`] with the stream's number in its first byte.
+fn pattern_with_tag(stream: usize, len: usize) -> Vec<u8> {
+	let mut data = pattern(stream, len);
+	data[0] = stream as u8;
+	data
+}
+
+#[test]
+fn datagrams_go_both_ways() {
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		assert!(conn.max_datagram_size().unwrap() >= 1000);
+		conn.send_datagram(Bytes::from_static(b"ping")).unwrap();
+		assert_eq!(accepted.recv_datagram().await.unwrap(), Bytes::from_static(b"ping"));
+		accepted.send_datagram(Bytes::from_static(b"pong")).unwrap();
+		assert_eq!(conn.recv_datagram().await.unwrap(), Bytes::from_static(b"pong"));
+	});
+}
+
+#[test]
+fn a_close_code_reaches_the_peer() {
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		accepted.close(42, "bye");
+		match conn.closed().await {
+			ConnectionError::ApplicationClosed(close) => {
+				assert_eq!(close.error_code.into_inner(), 42);
+				assert_eq!(&close.reason[..], b"bye");
+			}
+			other => panic!("expected an application close, got {other:?}"),
+		}
+		// Streams of a closed connection fail instead of hanging.
+		assert!(matches!(conn.open_uni().await, Err(StreamError::ConnectionLost(_))));
+		// Both ends drain and are forgotten (a hang here fails under nextest's timeout).
+		client.drained().await;
+		server.drained().await;
+		assert_eq!(client.open_connections(), 0);
+		assert_eq!(server.open_connections(), 0);
+	});
+}
+
+#[test]
+fn a_thousand_short_lived_uni_streams() {
+	const STREAMS: usize = 1000;
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		let reader = kio::spawn(async move {
+			let mut seen = vec![false; STREAMS];
+			for _ in 0..STREAMS {
+				let mut recv = accepted.accept_uni().await.unwrap();
+				let data = recv.read_to_end(64).await.unwrap();
+				let n = u32::from_be_bytes(data[..4].try_into().unwrap()) as usize;
+				assert_eq!(&data[4..], &pattern(n, 20)[..], "stream {n} damaged");
+				assert!(!std::mem::replace(&mut seen[n], true), "stream {n} twice");
+			}
+			assert!(seen.iter().all(|s| *s));
+			accepted
+		});
+		for n in 0..STREAMS {
+			let mut send = conn.open_uni().await.unwrap();
+			let mut data = (n as u32).to_be_bytes().to_vec();
+			data.extend(pattern(n, 20));
+			send.write(Bytes::from(data)).await.unwrap();
+			send.finish().unwrap();
+		}
+		let accepted = reader.await.unwrap();
+		let (streams, groups) = conn.tracked();
+		assert_eq!((streams, groups), (0, 0), "sender state left behind");
+		assert_eq!(accepted.tracked().0, 0, "receiver state left behind");
+	});
+}
