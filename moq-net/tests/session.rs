@@ -63,6 +63,7 @@ fn client(origin: u64, path: &str) -> Config {
 		origin,
 		path: Some(path.to_owned()),
 		role: None,
+		..Config::default()
 	}
 }
 

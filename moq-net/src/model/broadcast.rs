@@ -15,12 +15,14 @@ use kio::sync::Lock;
 use kio::{Waiter, WaiterList, Wakes};
 
 use super::track::TrackState;
-use super::{Error, Subscription, TrackConsumer, TrackInfo, TrackProducer};
+use super::{Error, Pool, Subscription, TrackConsumer, TrackInfo, TrackProducer};
 
 struct BroadcastState {
 	tracks: HashMap<String, Lock<TrackState>>,
 	requests: VecDeque<TrackProducer>,
 	serving: bool,
+	/// The byte pool requested tracks charge, if any.
+	pool: Option<Pool>,
 	end: Option<Result<(), Error>>,
 	/// Drained by a new request and by the end.
 	on_request: WaiterList,
@@ -58,6 +60,7 @@ impl BroadcastProducer {
 				tracks: HashMap::new(),
 				requests: VecDeque::new(),
 				serving: false,
+				pool: None,
 				end: None,
 				on_request: WaiterList::new(),
 				on_end: WaiterList::new(),
@@ -86,6 +89,11 @@ impl BroadcastProducer {
 		}
 		state.tracks.insert(name, track.state().clone());
 		Ok(track)
+	}
+
+	/// Requested tracks created from now on charge `pool` (a relay's shared cache budget).
+	pub fn set_pool(&self, pool: Pool) {
+		self.state.lock().pool = Some(pool);
 	}
 
 	/// Starts serving requests for tracks that do not exist: they queue for
@@ -216,7 +224,7 @@ impl BroadcastConsumer {
 					None => Err(Error::NotFound),
 				};
 			}
-			let track = TrackProducer::pending(name);
+			let track = TrackProducer::pending(name, state.pool.clone());
 			state.tracks.insert(name.to_owned(), track.state().clone());
 			let shared = track.state().clone();
 			state.requests.push_back(track);

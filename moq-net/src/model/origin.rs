@@ -139,6 +139,11 @@ impl Origin {
 		self.state.lock().id
 	}
 
+	/// Broadcasts announced now, at any path.
+	pub fn broadcasts(&self) -> usize {
+		self.state.lock().broadcasts.len()
+	}
+
 	/// A producer view at the root, allowed everywhere.
 	pub fn producer(&self) -> OriginProducer {
 		OriginProducer {

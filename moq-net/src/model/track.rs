@@ -317,8 +317,8 @@ impl TrackProducer {
 
 	/// A track whose info is not known yet: consumers wait in [`TrackConsumer::info_known`]
 	/// until [`set_info`](Self::set_info).
-	pub(crate) fn pending(name: &str) -> Self {
-		let track = Self::new(name, TrackInfo::default());
+	pub(crate) fn pending(name: &str, pool: Option<Pool>) -> Self {
+		let track = Self::build(name, TrackInfo::default(), pool);
 		track.state.lock().info_known = false;
 		track
 	}

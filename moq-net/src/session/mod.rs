@@ -42,6 +42,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use kio::JoinHandle;
 
@@ -127,6 +129,25 @@ pub struct Config {
 	pub path: Option<String>,
 	/// The client's role; `None` sends none (both).
 	pub role: Option<Role>,
+	/// The byte pool the tracks this session ingests charge (a relay's cache budget); `None`
+	/// leaves them unbounded but for their expiry.
+	pub pool: Option<model::Pool>,
+	/// Counts what this session moves, for a relay's metrics; shared by every session that gets a
+	/// clone.
+	pub counters: Option<Arc<Counters>>,
+}
+
+/// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
+#[derive(Debug, Default)]
+pub struct Counters {
+	/// Group streams received and ingested.
+	pub groups_in: AtomicU64,
+	/// Frame payload bytes received.
+	pub bytes_in: AtomicU64,
+	/// Group streams sent.
+	pub groups_out: AtomicU64,
+	/// Frame payload bytes sent.
+	pub bytes_out: AtomicU64,
 }
 
 /// What the peer said in its SETUP.

@@ -2,13 +2,14 @@
 //! origin.
 
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use bytes::Bytes;
 use kio::JoinHandle;
 
 use super::io::{self, Reader, Sending};
-use super::{Inner, SessionError};
+use super::{Counters, Inner, SessionError};
 use crate::coding::{DecodeError, Encode};
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
@@ -149,8 +150,12 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	}
 }
 
-/// The broadcast at `path`, or NotFound (13).
+/// The broadcast at `path`: Unauthorized (6) outside what this session may subscribe to,
+/// NotFound (13) where nothing is announced.
 fn broadcast(origin: &OriginConsumer, path: &Path) -> Result<BroadcastConsumer, SessionError> {
+	if !origin.allowed().iter().any(|allowed| path.has_prefix(allowed)) {
+		return Err(SessionError::Model(model::Error::Unauthorized));
+	}
 	origin
 		.get_broadcast(path)
 		.ok_or(SessionError::Model(model::Error::NotFound))
@@ -332,7 +337,10 @@ async fn serve_group<T: Transport + 'static>(
 		send.reset(ErrorCode::Encode.code());
 		return;
 	}
-	if let Err(err) = write_frames(&mut send, &mut group, timescale, prefix).await {
+	if let Some(counters) = inner.config.counters.as_deref() {
+		counters.groups_out.fetch_add(1, Ordering::Relaxed);
+	}
+	if let Err(err) = write_frames(&mut send, &mut group, timescale, prefix, inner.config.counters.as_deref()).await {
 		send.reset(err.code());
 		return;
 	}
@@ -346,6 +354,7 @@ async fn write_frames<S: SendStream>(
 	group: &mut GroupConsumer,
 	timescale: u64,
 	mut prefix: Vec<u8>,
+	counters: Option<&Counters>,
 ) -> Result<(), SessionError> {
 	let mut last = 0i64;
 	while let Some(frame) = group.read_frame().await.map_err(SessionError::Model)? {
@@ -365,7 +374,11 @@ async fn write_frames<S: SendStream>(
 			.write(Bytes::from(std::mem::take(&mut prefix)))
 			.await
 			.map_err(SessionError::Transport)?;
+		let size = frame.payload.len() as u64;
 		send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
+		if let Some(counters) = counters {
+			counters.bytes_out.fetch_add(size, Ordering::Relaxed);
+		}
 	}
 	if !prefix.is_empty() {
 		// A group without frames still sends its header.
@@ -389,7 +402,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	write_frames(send, &mut group, info.timescale, Vec::new()).await?;
+	write_frames(send, &mut group, info.timescale, Vec::new(), None).await?;
 	send.finish()
 }
 

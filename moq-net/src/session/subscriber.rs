@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use super::io::{self, Reader, Sending};
@@ -99,6 +100,9 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 				// Serving requests starts before the announcement, so a consumer on another worker
 				// that sees it at once finds the broadcast ready.
 				let broadcast = BroadcastProducer::new();
+				if let Some(pool) = &inner.config.pool {
+					broadcast.set_pool(pool.clone());
+				}
 				broadcast.serve_requests();
 				// A path outside what this session may publish into is ignored.
 				let Ok(publication) = origin.publish(&announce.suffix, broadcast.consume(), Route::new(hops)) else {
@@ -326,6 +330,10 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 	};
 	let timescale = track.info().timescale;
 	let mut group = track.create_group(header.sequence).map_err(SessionError::Model)?;
+	let counters = inner.config.counters.as_deref();
+	if let Some(counters) = counters {
+		counters.groups_in.fetch_add(1, Ordering::Relaxed);
+	}
 	let mut stamp = 0u64;
 	loop {
 		let frame = match reader.decode::<FrameHeader>().await {
@@ -345,6 +353,9 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 		let payload = kio::wait(|waiter| reader.poll_read_exact(waiter, frame.size as usize))
 			.await?
 			.ok_or(SessionError::Protocol(ErrorCode::WrongSize))?;
+		if let Some(counters) = counters {
+			counters.bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
+		}
 		group
 			.write_frame(Frame::new(Timestamp::new(stamp, timescale), payload))
 			.map_err(|err| {
