@@ -64,6 +64,13 @@ pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 #[doc(hidden)]
 pub use uring::sys::pin_current_thread;
 pub use uring::sys::process_cpu_time;
+
+/// Process signals for a server's shutdown: block them everywhere first, then wait for one on a
+/// thread of its own (no handler runs; nothing async-signal-unsafe can happen).
+pub mod signal {
+	pub use crate::uring::sys::{block_signals, wait_signal};
+	pub use libc::{SIGINT, SIGTERM};
+}
 pub use uring::{IoCounters, RingStats, io_counters};
 pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};
 

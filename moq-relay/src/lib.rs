@@ -5,3 +5,4 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod server;

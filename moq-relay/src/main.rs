@@ -1,3 +1,56 @@
-//! `moq-relay`: see the crate README.
+//! `moq-relay [config.toml] [flags]`: see `--help` and the crate README.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use std::process::ExitCode;
+
+use moq_relay::config::Config;
+use moq_relay::server::{self, Shutdown};
+
+fn main() -> ExitCode {
+	let config = match Config::load() {
+		Ok(config) => config,
+		Err(err) => {
+			eprintln!("moq-relay: {err:#}");
+			return ExitCode::from(2);
+		}
+	};
+	if let Err(err) = config.init_logging() {
+		eprintln!("moq-relay: {err:#}");
+		return ExitCode::from(2);
+	}
+	// Blocked here, before any worker starts, so every thread inherits the mask and only the
+	// waiting thread below takes them.
+	let signals = [kio::signal::SIGINT, kio::signal::SIGTERM];
+	if let Err(err) = kio::signal::block_signals(&signals) {
+		eprintln!("moq-relay: blocking SIGINT and SIGTERM: {err}");
+		return ExitCode::FAILURE;
+	}
+	let (shutdown, watch) = Shutdown::new();
+	std::thread::Builder::new()
+		.name("moq-relay-signals".into())
+		.spawn(move || {
+			if let Ok(signal) = kio::signal::wait_signal(&signals) {
+				tracing::info!(signal, "shutting down");
+				shutdown.trigger();
+			}
+		})
+		.expect("spawning the signal thread");
+	let result = server::run(&config, watch, |bound| {
+		let port = bound.quic.port();
+		println!("moq-relay: QUIC (ALPN moq-lite-05) on udp {}", bound.quic);
+		if let Some(http) = bound.http {
+			println!("moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics");
+		}
+		println!("moq-relay: certificate sha256 {}", bound.fingerprint);
+		println!(
+			"moq-relay: connect to moqt://localhost:{port}/<path>, e.g.\n  cargo run --release -p moq-relay --bin moq-clock -- publish moqt://localhost:{port}/demo\n  cargo run --release -p moq-relay --bin moq-clock -- subscribe moqt://localhost:{port}/demo"
+		);
+	});
+	match result {
+		Ok(()) => ExitCode::SUCCESS,
+		Err(err) => {
+			eprintln!("moq-relay: {err:#}");
+			ExitCode::FAILURE
+		}
+	}
+}

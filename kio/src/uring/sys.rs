@@ -84,3 +84,45 @@ pub fn pin_current_thread(index: usize) -> io::Result<()> {
 	let cpus = allowed_cpus()?;
 	set_affinity(&[cpus[index % cpus.len()]])
 }
+
+/// A signal set of `signals`.
+fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
+	// SAFETY: sigset_t is plain data; sigemptyset initialises it before any other use.
+	let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+	// SAFETY: `set` is a valid, writable sigset_t.
+	if unsafe { libc::sigemptyset(&mut set) } != 0 {
+		return Err(io::Error::last_os_error());
+	}
+	for &signal in signals {
+		// SAFETY: `set` was initialised by sigemptyset; an invalid signal number is an error.
+		if unsafe { libc::sigaddset(&mut set, signal) } != 0 {
+			return Err(io::Error::last_os_error());
+		}
+	}
+	Ok(set)
+}
+
+/// Blocks `signals` for the calling thread; threads it starts afterwards inherit the mask. Call
+/// it before building a runtime, then [`wait_signal`] on a thread of its own.
+pub fn block_signals(signals: &[i32]) -> io::Result<()> {
+	let set = sigset(signals)?;
+	// SAFETY: `set` is an initialised sigset_t; the old mask is not asked for (null).
+	let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+	if rc != 0 {
+		return Err(io::Error::from_raw_os_error(rc));
+	}
+	Ok(())
+}
+
+/// Blocks the calling thread until one of `signals` (blocked with [`block_signals`]) is
+/// pending, takes it, and returns its number.
+pub fn wait_signal(signals: &[i32]) -> io::Result<i32> {
+	let set = sigset(signals)?;
+	let mut signal: libc::c_int = 0;
+	// SAFETY: `set` is an initialised sigset_t and `signal` a valid place for the result.
+	let rc = unsafe { libc::sigwait(&set, &mut signal) };
+	if rc != 0 {
+		return Err(io::Error::from_raw_os_error(rc));
+	}
+	Ok(signal)
+}

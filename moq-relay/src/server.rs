@@ -1,0 +1,382 @@
+//! The relay: workers, connections, sessions, shutdown.
+//!
+//! A kio runtime with one worker per configured thread. Every worker binds its own UDP socket on
+//! the shared port (`SO_REUSEPORT`: the kernel hashes a client's address to one socket, so all of
+//! a connection's datagrams reach the same worker) and runs, as kio tasks on that worker, each of
+//! its connections' QUIC driver, moq-lite session, track cursors and send scheduler. The
+//! [`Origin`] is the only thing the workers share: a broadcast published through worker 1 is
+//! served to a viewer on worker 0 from the same track cache. Worker 0 also serves HTTP.
+//!
+//! A connection's life: QUIC handshake (ALPN `moq-lite-05`); SETUP exchange, the relay sending its
+//! own, within [`SETUP_TIMEOUT`]; the SETUP `Path` (with its query) is checked by [`Auth`]: its
+//! path roots the session, and the grant's publish and subscribe prefixes scope what the session
+//! may announce into and read from the origin; a token's expiry closes the session then, with
+//! Unauthorized. Refusals close the connection with the spec's code: Unauthorized (6) for a bad
+//! or missing token, Timeout (3) for a SETUP that does not come.
+//!
+//! Shutdown: [`Shutdown::trigger`] (the binary calls it on SIGINT or SIGTERM). Every worker stops
+//! accepting, closes its connections with [`SHUTDOWN_CODE`], and waits for them to drain, for at
+//! most the configured deadline; then the runtime ends.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use kio::net::TcpListener;
+use kio::sync::{Consumer, Producer, Queue};
+use moq_net::lite::ErrorCode;
+use moq_net::model::{Origin, Path, Pool};
+use moq_net::session::{self, Counters};
+use moq_quic::{Certificate, Connection, Endpoint, EndpointStats};
+use tracing::{debug, info, warn};
+
+use crate::auth::Auth;
+use crate::config::{Config, Tls};
+use crate::http::{self, Routes};
+use crate::metrics::{Kind, Prom};
+
+/// How long a connection has to send its SETUP.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The code connections are closed with at shutdown: moq-lite's Closed (25).
+pub const SHUTDOWN_CODE: u64 = 25;
+
+/// What every worker shares.
+struct Shared {
+	origin: Origin,
+	relay_id: u64,
+	auth: Auth,
+	quic: moq_quic::Config,
+	pool: Pool,
+	counters: Arc<Counters>,
+	connections: AtomicU64,
+	connections_open: AtomicU64,
+	sessions: AtomicU64,
+	sessions_open: AtomicU64,
+	refused: AtomicU64,
+	max_connections: Option<usize>,
+	shutdown_timeout: Duration,
+	/// Each worker's endpoint counters, refreshed every second by the worker.
+	endpoints: Mutex<Vec<EndpointStats>>,
+	monitors: Vec<kio::Monitor>,
+}
+
+/// Triggers a running relay's shutdown from any thread.
+#[derive(Clone)]
+pub struct Shutdown(Arc<Producer<()>>);
+
+impl Shutdown {
+	/// A trigger, and what [`run`] watches.
+	pub fn new() -> (Self, Consumer<()>) {
+		let producer = Producer::new(());
+		let consumer = producer.consume();
+		(Self(Arc::new(producer)), consumer)
+	}
+
+	/// Starts the shutdown (idempotent).
+	pub fn trigger(&self) {
+		let _ = self.0.close();
+	}
+}
+
+/// Where a started relay listens.
+#[derive(Clone, Debug)]
+pub struct Bound {
+	/// The UDP address QUIC is served on.
+	pub quic: SocketAddr,
+	/// The TCP address of the HTTP endpoints.
+	pub http: Option<SocketAddr>,
+	/// SHA-256 of the certificate, lowercase hex.
+	pub fingerprint: String,
+}
+
+/// Loads or generates the certificate the configuration asks for.
+pub fn certificate(config: &Config) -> anyhow::Result<Certificate> {
+	match &config.tls {
+		Tls::Files { cert, key } => Certificate::from_pem_files(cert, key).context("loading the TLS certificate"),
+		Tls::Generate { names } => {
+			let names: Vec<&str> = names.iter().map(String::as_str).collect();
+			Certificate::self_signed(&names, moq_quic::tls::MAX_SELF_SIGNED_VALIDITY)
+				.context("generating a self-signed certificate")
+		}
+	}
+}
+
+/// A relay's origin id in hop chains: random per process, never 0.
+fn relay_id() -> u64 {
+	use std::hash::{BuildHasher, Hasher};
+	let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+	hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+	hasher.write_u32(std::process::id());
+	hasher.finish().max(1)
+}
+
+/// Runs a relay on the calling thread until `shutdown` is triggered and its connections drained.
+/// `bound` hears where it listens once every worker is serving.
+pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -> anyhow::Result<()> {
+	let certificate = certificate(config)?;
+	let auth = Auth::new(&config.auth)?;
+	let quic = moq_quic::Config::new()
+		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05])
+		.context("TLS configuration")?;
+	let runtime = kio::Builder::new()
+		.workers(config.workers)
+		.build()
+		.context("starting the kio runtime (io_uring)")?;
+	let origin = Origin::new(relay_id());
+	let shared = Arc::new(Shared {
+		relay_id: origin.id(),
+		origin,
+		auth,
+		quic,
+		pool: Pool::new(config.cache_size),
+		counters: Arc::new(Counters::default()),
+		connections: AtomicU64::new(0),
+		connections_open: AtomicU64::new(0),
+		sessions: AtomicU64::new(0),
+		sessions_open: AtomicU64::new(0),
+		refused: AtomicU64::new(0),
+		max_connections: config.max_connections,
+		shutdown_timeout: config.shutdown_timeout,
+		endpoints: Mutex::new(vec![EndpointStats::default(); config.workers]),
+		monitors: (0..config.workers).filter_map(|i| runtime.monitor(i)).collect(),
+	});
+	let fingerprint = certificate.fingerprint_hex();
+	let listen = config.listen;
+	let http_addr = config.http;
+	runtime.block_on(async move {
+		// Worker 0 binds first: with port 0 the kernel picks the port the others then share.
+		let endpoint = Endpoint::bind(listen, shared.quic.clone()).with_context(|| format!("binding UDP {listen}"))?;
+		let quic_addr = endpoint.local_addr();
+		// Each worker binds before the next starts, and all before anything is announced.
+		let ready = Arc::new(Queue::unbounded());
+		let mut workers = Vec::new();
+		for index in 1..kio::worker_count() {
+			let shared = shared.clone();
+			let shutdown = shutdown.clone();
+			let ready_tx = ready.clone();
+			workers.push(kio::spawn_on(index, move || async move {
+				match Endpoint::bind(quic_addr, shared.quic.clone()) {
+					Ok(endpoint) => {
+						let _ = ready_tx.try_push(Ok(()));
+						serve_worker(shared, endpoint, index, shutdown).await;
+					}
+					Err(e) => {
+						let _ = ready_tx.try_push(Err(e));
+					}
+				}
+			}));
+			match ready.pop().await {
+				Some(result) => result.with_context(|| format!("binding UDP {quic_addr} on worker {index}"))?,
+				None => anyhow::bail!("worker {index} did not start"),
+			}
+		}
+		let http = match http_addr {
+			Some(mut addr) => {
+				if addr.port() == 0 && addr.ip() == listen.ip() {
+					addr.set_port(quic_addr.port());
+				}
+				let listener = TcpListener::bind(addr).with_context(|| format!("binding TCP {addr} for HTTP"))?;
+				let bound_addr = listener.local_addr();
+				let metrics_shared = shared.clone();
+				let routes = Rc::new(Routes::new(fingerprint.clone(), move || render_metrics(&metrics_shared)));
+				Some((kio::spawn(http::serve(listener, routes)), bound_addr))
+			}
+			None => None,
+		};
+		bound(Bound {
+			quic: quic_addr,
+			http: http.as_ref().map(|(_, addr)| *addr),
+			fingerprint,
+		});
+		info!(relay = shared.relay_id, workers = kio::worker_count(), %quic_addr, "serving");
+		serve_worker(shared, endpoint, 0, shutdown).await;
+		for worker in workers {
+			let _ = worker.await;
+		}
+		if let Some((task, _)) = http {
+			task.abort();
+		}
+		info!("stopped");
+		Ok(())
+	})
+}
+
+/// One worker: accept, serve, and at shutdown close and drain.
+async fn serve_worker(shared: Arc<Shared>, endpoint: Endpoint, index: usize, shutdown: Consumer<()>) {
+	let stats_task = kio::spawn(publish_stats(shared.clone(), endpoint.clone(), index));
+	let mut connections = Vec::new();
+	loop {
+		let next = race(endpoint.accept(), shutdown.closed()).await;
+		let Either::Left(Some(conn)) = next else {
+			break;
+		};
+		connections.retain(|task: &kio::JoinHandle<()>| !task.is_finished());
+		connections.push(kio::spawn(serve_connection(shared.clone(), conn, shutdown.clone())));
+	}
+	info!(worker = index, open = endpoint.open_connections(), "shutting down");
+	endpoint.close(SHUTDOWN_CODE, "relay shutting down");
+	let drained = race(endpoint.drained(), kio::time::sleep(shared.shutdown_timeout)).await;
+	if let Either::Right(()) = drained {
+		warn!(worker = index, open = endpoint.open_connections(), "drain deadline passed");
+	}
+	for task in connections {
+		task.abort();
+	}
+	stats_task.abort();
+	shared.endpoints.lock().expect("stats lock")[index] = endpoint.stats();
+}
+
+/// Copies a worker's endpoint counters where `/metrics` (on worker 0) can read them.
+async fn publish_stats(shared: Arc<Shared>, endpoint: Endpoint, index: usize) {
+	loop {
+		shared.endpoints.lock().expect("stats lock")[index] = endpoint.stats();
+		kio::time::sleep(Duration::from_secs(1)).await;
+	}
+}
+
+/// One connection: SETUP, auth, the session, until it ends.
+async fn serve_connection(shared: Arc<Shared>, conn: Connection, shutdown: Consumer<()>) {
+	let remote = conn.remote_address();
+	let open = shared.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
+	shared.connections.fetch_add(1, Ordering::Relaxed);
+	let _open = Decrement(&shared.connections_open);
+	if shared.max_connections.is_some_and(|max| open as usize > max) {
+		shared.refused.fetch_add(1, Ordering::Relaxed);
+		warn!(%remote, "too many connections");
+		conn.close(ErrorCode::Unroutable.code(), "too many connections");
+		return;
+	}
+	let config = session::Config {
+		origin: shared.relay_id,
+		pool: Some(shared.pool.clone()),
+		counters: Some(shared.counters.clone()),
+		..session::Config::default()
+	};
+	let peer = match race(session::setup(&conn, &config), kio::time::sleep(SETUP_TIMEOUT)).await {
+		Either::Left(Ok(peer)) => peer,
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "setup failed");
+			return;
+		}
+		Either::Right(()) => {
+			debug!(%remote, "no SETUP in time");
+			conn.close(ErrorCode::Timeout.code(), "setup timeout");
+			return;
+		}
+	};
+	let url = peer.path.clone().unwrap_or_default();
+	let grant = match shared.auth.verify_url(&url, SystemTime::now()) {
+		Ok(grant) => grant,
+		Err(err) => {
+			shared.refused.fetch_add(1, Ordering::Relaxed);
+			info!(%remote, path = %url.split('?').next().unwrap_or(""), %err, "refused");
+			conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
+			return;
+		}
+	};
+	let root: &Path = &grant.root;
+	// What the peer may watch is what this session publishes to it, and the other way round.
+	let publish = (!grant.subscribe.is_empty())
+		.then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
+	let subscribe = (!grant.publish.is_empty())
+		.then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
+	shared.sessions.fetch_add(1, Ordering::Relaxed);
+	shared.sessions_open.fetch_add(1, Ordering::Relaxed);
+	let _session_open = Decrement(&shared.sessions_open);
+	info!(%remote, root = %root, publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
+	let session = session::start(conn.clone(), config, peer, publish, subscribe);
+	let expiry = async {
+		match grant.remaining(SystemTime::now()) {
+			Some(left) => kio::time::sleep(left).await,
+			None => std::future::pending().await,
+		}
+	};
+	match race(race(session.closed(), expiry), shutdown.closed()).await {
+		Either::Left(Either::Left(code)) => debug!(%remote, code, "session closed"),
+		Either::Left(Either::Right(())) => {
+			info!(%remote, "token expired");
+			session.close(ErrorCode::Unauthorized.code());
+		}
+		Either::Right(()) => session.close(SHUTDOWN_CODE),
+	}
+	// The close reaches the peer before the session's tasks stop with it.
+	drop(session);
+}
+
+struct Decrement<'a>(&'a AtomicU64);
+
+impl Drop for Decrement<'_> {
+	fn drop(&mut self) {
+		self.0.fetch_sub(1, Ordering::Relaxed);
+	}
+}
+
+enum Either<A, B> {
+	Left(A),
+	Right(B),
+}
+
+/// The first of two futures to finish (the left one wins a tie).
+async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+	let mut a = pin!(a);
+	let mut b = pin!(b);
+	std::future::poll_fn(|cx| {
+		if let Poll::Ready(out) = a.as_mut().poll(cx) {
+			return Poll::Ready(Either::Left(out));
+		}
+		if let Poll::Ready(out) = b.as_mut().poll(cx) {
+			return Poll::Ready(Either::Right(out));
+		}
+		Poll::Pending
+	})
+	.await
+}
+
+/// The Prometheus exposition.
+fn render_metrics(shared: &Shared) -> String {
+	let mut prom = Prom::new();
+	let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+	prom.counter("moq_relay_connections_total", "QUIC connections accepted.", load(&shared.connections))
+		.gauge("moq_relay_connections", "QUIC connections open.", load(&shared.connections_open))
+		.counter("moq_relay_sessions_total", "moq-lite sessions started.", load(&shared.sessions))
+		.gauge("moq_relay_sessions", "moq-lite sessions open.", load(&shared.sessions_open))
+		.counter("moq_relay_refused_total", "Connections refused (auth, limits).", load(&shared.refused))
+		.gauge("moq_relay_broadcasts", "Broadcasts announced in the origin.", shared.origin.broadcasts() as u64)
+		.counter("moq_relay_groups_in_total", "Group streams received.", load(&shared.counters.groups_in))
+		.counter("moq_relay_groups_out_total", "Group streams sent.", load(&shared.counters.groups_out))
+		.counter("moq_relay_bytes_in_total", "Frame payload bytes received.", load(&shared.counters.bytes_in))
+		.counter("moq_relay_bytes_out_total", "Frame payload bytes sent.", load(&shared.counters.bytes_out))
+		.gauge("moq_relay_cache_bytes", "Bytes held by the track cache.", shared.pool.used())
+		.gauge("moq_relay_cache_capacity_bytes", "The track cache's byte budget.", shared.pool.capacity());
+	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
+	let monitors = &shared.monitors;
+	let workers: Vec<String> = (0..endpoints.len()).map(|i| i.to_string()).collect();
+	let mut family = |name: &str, help: &str, kind: Kind, value: &dyn Fn(usize) -> u64| {
+		let mut family = prom.family(name, help, kind);
+		for (i, worker) in workers.iter().enumerate() {
+			family.sample(&[("worker", worker)], value(i));
+		}
+	};
+	family("moq_relay_udp_datagrams_in_total", "UDP datagrams received.", Kind::Counter, &|i| endpoints[i].datagrams_in);
+	family("moq_relay_udp_datagrams_out_total", "UDP datagrams sent.", Kind::Counter, &|i| endpoints[i].datagrams_out);
+	family("moq_relay_udp_bytes_in_total", "UDP payload bytes received.", Kind::Counter, &|i| endpoints[i].bytes_in);
+	family("moq_relay_udp_bytes_out_total", "UDP payload bytes sent.", Kind::Counter, &|i| endpoints[i].bytes_out);
+	family("moq_relay_udp_sendmsg_total", "sendmsg operations (a GSO train is one).", Kind::Counter, &|i| {
+		endpoints[i].transmits
+	});
+	family("moq_relay_quic_connections", "QUIC connections open on the worker.", Kind::Gauge, &|i| endpoints[i].open);
+	let stats: Vec<kio::Stats> = monitors.iter().map(kio::Monitor::stats).collect();
+	let at = |i: usize| stats.get(i).copied().unwrap_or_default();
+	family("kio_loop_turns_total", "Event loop turns.", Kind::Counter, &|i| at(i).turns);
+	family("kio_task_polls_total", "Task polls.", Kind::Counter, &|i| at(i).polls);
+	family("kio_parks_total", "Turns that parked in io_uring_enter.", Kind::Counter, &|i| at(i).parks);
+	family("kio_uring_enter_total", "io_uring_enter calls.", Kind::Counter, &|i| at(i).ring.enters);
+	family("kio_uring_submissions_total", "SQEs submitted.", Kind::Counter, &|i| at(i).ring.submissions);
+	family("kio_uring_completions_total", "CQEs reaped.", Kind::Counter, &|i| at(i).ring.completions);
+	prom.finish()
+}
