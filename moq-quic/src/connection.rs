@@ -820,8 +820,10 @@ impl Connection {
 			streams, scheduler, ..
 		} = &mut *state;
 		let half = streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("a send handle has a send half");
-		if let Some(code) = half.stopped {
-			return Err(StreamError::Stopped(code));
+		// The peer stopped reading: the stream is already over, and finishing it is moot (what a
+		// request-response exchange sees when the responder drops its side after answering).
+		if half.stopped.is_some() {
+			return Ok(());
 		}
 		if half.finishing || half.done {
 			return Err(StreamError::Closed);

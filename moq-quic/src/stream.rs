@@ -37,7 +37,8 @@ impl SendStream {
 		kio::wait(|w| self.poll_write(w, &mut data)).await
 	}
 
-	/// Ends the stream after what was written.
+	/// Ends the stream after what was written. On a stream the peer stopped it succeeds and does
+	/// nothing (the stream is over already), as in moq-net's in-memory transport.
 	pub fn finish(&mut self) -> Result<(), StreamError> {
 		self.ended = true;
 		self.conn.finish(self.id)

@@ -230,3 +230,22 @@ fn a_thousand_short_lived_uni_streams() {
 		assert_eq!(accepted.tracked().0, 0, "receiver state left behind");
 	});
 }
+
+#[test]
+fn the_server_opens_a_bidirectional_stream() {
+	runtime().block_on(async {
+		let cert = certificate();
+		let (server, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		let (mut send, mut recv) = accepted.open_bi().await.unwrap();
+		send.write(Bytes::from_static(b"request")).await.unwrap();
+		let (mut reply, mut request) = conn.accept_bi().await.unwrap();
+		assert_eq!(request.read().await.unwrap().unwrap(), Bytes::from_static(b"request"));
+		reply.write(Bytes::from_static(b"reply")).await.unwrap();
+		assert_eq!(recv.read().await.unwrap().unwrap(), Bytes::from_static(b"reply"));
+		send.finish().unwrap();
+		assert_eq!(request.read().await.unwrap(), None);
+	});
+}

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod client;
 pub mod config;
 pub mod http;
 pub mod metrics;

@@ -106,13 +106,14 @@ pub fn certificate(config: &Config) -> anyhow::Result<Certificate> {
 	}
 }
 
-/// A relay's origin id in hop chains: random per process, never 0.
+/// A relay's origin id in hop chains: random per process, never 0, and a varint (below 2^62: it
+/// travels in SETUP, ANNOUNCE_OK and hop chains).
 fn relay_id() -> u64 {
 	use std::hash::{BuildHasher, Hasher};
 	let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
 	hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
 	hasher.write_u32(std::process::id());
-	hasher.finish().max(1)
+	(hasher.finish() >> 2).max(1)
 }
 
 /// Runs a relay on the calling thread until `shutdown` is triggered and its connections drained.

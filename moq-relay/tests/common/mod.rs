@@ -1,0 +1,155 @@
+//! An in-process relay on its own threads, and clients for it.
+
+#![allow(dead_code)] // Each test crate uses a different subset.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use moq_net::model::{
+	BroadcastConsumer, BroadcastProducer, Frame, Origin, Path, Publication, Subscription, Timestamp, TrackConsumer,
+	TrackInfo, TrackProducer,
+};
+use moq_quic::{Endpoint, Verification};
+use moq_relay::auth::{Anonymous, AuthConfig};
+use moq_relay::client::{self, Client, Url};
+use moq_relay::config::{Config, Tls};
+use moq_relay::server::{self, Bound, Shutdown};
+
+/// A relay running on threads of its own; shut down and joined on drop.
+pub(crate) struct Relay {
+	pub(crate) bound: Bound,
+	shutdown: Shutdown,
+	thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Relay {
+	/// A relay on 127.0.0.1 with `workers` workers and anonymous access everywhere.
+	pub(crate) fn start(workers: usize) -> Self {
+		Self::start_with(workers, AuthConfig {
+			key_file: None,
+			anonymous: Anonymous::everything(),
+		})
+	}
+
+	pub(crate) fn start_with(workers: usize, auth: AuthConfig) -> Self {
+		let config = Config {
+			file: None,
+			listen: "127.0.0.1:0".parse().unwrap(),
+			http: Some("127.0.0.1:0".parse().unwrap()),
+			workers,
+			tls: Tls::Generate {
+				names: vec!["localhost".into()],
+			},
+			auth,
+			log_level: "warn".into(),
+			shutdown_timeout: Duration::from_secs(2),
+			cache_size: 64 << 20,
+			max_connections: None,
+		};
+		let (shutdown, watch) = Shutdown::new();
+		let (tx, rx) = std::sync::mpsc::channel();
+		let thread = std::thread::spawn(move || server::run(&config, watch, move |bound| tx.send(bound).unwrap()));
+		let bound = rx.recv().expect("the relay started");
+		Self {
+			bound,
+			shutdown,
+			thread: Some(thread),
+		}
+	}
+
+	pub(crate) fn url(&self, path: &str) -> Url {
+		Url::parse(&format!("moqt://localhost:{}{path}", self.bound.quic.port())).unwrap()
+	}
+
+	pub(crate) fn verification(&self) -> Verification {
+		Verification::Fingerprints(vec![moq_quic::tls::parse_fingerprint(&self.bound.fingerprint).unwrap()])
+	}
+
+	/// Shuts down and waits; the relay's own result.
+	pub(crate) fn stop(mut self) -> anyhow::Result<()> {
+		self.shutdown.trigger();
+		self.thread.take().unwrap().join().expect("the relay thread panicked")
+	}
+}
+
+impl Drop for Relay {
+	fn drop(&mut self) {
+		self.shutdown.trigger();
+		if let Some(thread) = self.thread.take() {
+			let _ = thread.join();
+		}
+	}
+}
+
+/// A client endpoint for `relay`.
+pub(crate) fn endpoint(relay: &Relay) -> Endpoint {
+	client::endpoint(relay.bound.quic).unwrap()
+}
+
+/// Connects a publisher of `origin`'s broadcasts.
+pub(crate) async fn publisher(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
+	let addr: SocketAddr = relay.bound.quic;
+	client::connect(endpoint, addr, &relay.url(path), &relay.verification(), origin.id(), Some(origin.consumer()), None).await
+}
+
+/// Connects a viewer mirroring the relay's announcements into `origin`.
+pub(crate) async fn viewer(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
+	let addr: SocketAddr = relay.bound.quic;
+	client::connect(endpoint, addr, &relay.url(path), &relay.verification(), origin.id(), None, Some(origin.producer())).await
+}
+
+/// A local broadcast `name` with one track "video".
+pub(crate) fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, Publication) {
+	let (broadcast, publication) = origin.producer().create_broadcast(&Path::new(name), Default::default()).unwrap();
+	let info = TrackInfo {
+		timescale: 1000,
+		latency_max: Duration::from_secs(30),
+		priority: 1,
+		ordered: true,
+	};
+	let track = broadcast.create_track("video", info).unwrap();
+	(broadcast, track, publication)
+}
+
+pub(crate) fn frame(seq: u64) -> Frame {
+	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())
+}
+
+pub(crate) fn publish(track: &TrackProducer, seq: u64) {
+	let mut group = track.create_group(seq).unwrap();
+	group.write_frame(frame(seq)).unwrap();
+	group.finish().unwrap();
+}
+
+/// Waits until `origin` has a broadcast at `path`.
+pub(crate) async fn announced(origin: &Origin, path: &str) -> BroadcastConsumer {
+	let mut cursor = origin.consumer().announced(&Path::default());
+	loop {
+		let update = cursor.next().await;
+		if update.path == Path::new(path)
+			&& let Some(broadcast) = update.broadcast
+		{
+			return broadcast;
+		}
+	}
+}
+
+/// The next `n` (sequence, first frame's payload as u64) of a cursor.
+pub(crate) async fn take(cursor: &mut TrackConsumer, n: usize) -> Vec<(u64, u64)> {
+	let mut got = Vec::new();
+	while got.len() < n {
+		let mut group = cursor.recv_group().await.unwrap().expect("a group");
+		let frame = group.read_frame().await.unwrap().unwrap();
+		let value = u64::from_le_bytes(frame.payload[..8].try_into().unwrap());
+		got.push((group.sequence(), value));
+	}
+	got
+}
+
+pub(crate) fn sub() -> Subscription {
+	Subscription::default()
+}
+
+pub(crate) fn runtime() -> kio::Runtime {
+	kio::Builder::single().build().unwrap()
+}
