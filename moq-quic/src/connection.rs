@@ -190,7 +190,9 @@ impl ConnShared {
 			return;
 		}
 		let code = VarInt::from_u64(code).unwrap_or(VarInt::MAX);
-		state.proto.close(kio::time::now(), code, Bytes::copy_from_slice(reason));
+		state
+			.proto
+			.close(kio::time::now(), code, Bytes::copy_from_slice(reason));
 		state.lose(ConnectionError::LocallyClosed);
 		state.mark_dirty();
 	}
@@ -274,7 +276,10 @@ impl ConnState {
 	/// The peer stopped a stream: drop what is queued, and reset it with the same code.
 	fn on_stopped(&mut self, id: StreamId, code: u64) {
 		let Some(stream) = self.streams.get_mut(&id) else {
-			let _ = self.proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+			let _ = self
+				.proto
+				.send_stream(id)
+				.reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
 			return;
 		};
 		if let Some(half) = stream.send.as_mut() {
@@ -284,7 +289,10 @@ impl ConnState {
 			if !half.done {
 				half.done = true;
 				self.scheduler.remove_stream(half.slot);
-				let _ = self.proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+				let _ = self
+					.proto
+					.send_stream(id)
+					.reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
 			}
 		}
 		stream.waiters.wake();
@@ -328,7 +336,11 @@ impl ConnState {
 				break;
 			};
 			let id = key_stream(pick.key);
-			let half = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("a scheduled stream has a send half");
+			let half = self
+				.streams
+				.get_mut(&id)
+				.and_then(|s| s.send.as_mut())
+				.expect("a scheduled stream has a send half");
 			let allowance = pick.allowance.min(budget - fed);
 			let mut sent = 0;
 			let mut outcome = After::Drained;
@@ -338,7 +350,11 @@ impl ConnState {
 				let Some(mut chunk) = half.queue.pop_front() else {
 					break;
 				};
-				let mut part = if chunk.len() > allowance - sent { chunk.split_to(allowance - sent) } else { std::mem::take(&mut chunk) };
+				let mut part = if chunk.len() > allowance - sent {
+					chunk.split_to(allowance - sent)
+				} else {
+					std::mem::take(&mut chunk)
+				};
 				let offered = part.len();
 				match stream.write_chunks(std::slice::from_mut(&mut part)) {
 					Ok(written) => {
@@ -504,7 +520,9 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Opti
 	let mtu = usize::from(state.proto.current_mtu());
 	let batch = state.gso_segments * mtu;
 	let window = state.proto.congestion_state().window();
-	state.proto.set_send_window((2 * window + 2 * batch as u64).max(MIN_SEND_WINDOW));
+	state
+		.proto
+		.set_send_window((2 * window + 2 * batch as u64).max(MIN_SEND_WINDOW));
 
 	let mut datagrams = 0;
 	loop {
@@ -593,14 +611,18 @@ impl Connection {
 	pub fn alpn(&self) -> Option<Vec<u8>> {
 		let state = self.state();
 		let data = state.proto.crypto_session().handshake_data()?;
-		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok()?.protocol
+		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+			.ok()?
+			.protocol
 	}
 
 	/// The server name the client asked for (SNI).
 	pub fn server_name(&self) -> Option<String> {
 		let state = self.state();
 		let data = state.proto.crypto_session().handshake_data()?;
-		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok()?.server_name
+		data.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+			.ok()?
+			.server_name
 	}
 
 	/// The peer's address.
@@ -782,9 +804,7 @@ impl Connection {
 	pub(crate) fn poll_write(&self, waiter: &Waiter, id: StreamId, data: &mut Bytes) -> Poll<Result<(), StreamError>> {
 		let mut state = self.state();
 		let lost = state.lost_error();
-		let ConnState {
-			streams, scheduler, ..
-		} = &mut *state;
+		let ConnState { streams, scheduler, .. } = &mut *state;
 		let stream = streams.get_mut(&id).expect("a handle keeps its entry");
 		let half = stream.send.as_mut().expect("a send handle has a send half");
 		if let Some(code) = half.stopped {
@@ -811,15 +831,20 @@ impl Connection {
 			scheduler.ready(half.slot);
 			state.mark_dirty();
 		}
-		if data.is_empty() { Poll::Ready(Ok(())) } else { Poll::Pending }
+		if data.is_empty() {
+			Poll::Ready(Ok(()))
+		} else {
+			Poll::Pending
+		}
 	}
 
 	pub(crate) fn finish(&self, id: StreamId) -> Result<(), StreamError> {
 		let mut state = self.state();
-		let ConnState {
-			streams, scheduler, ..
-		} = &mut *state;
-		let half = streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("a send handle has a send half");
+		let ConnState { streams, scheduler, .. } = &mut *state;
+		let half = streams
+			.get_mut(&id)
+			.and_then(|s| s.send.as_mut())
+			.expect("a send handle has a send half");
 		// The peer stopped reading: the stream is already over, and finishing it is moot (what a
 		// request-response exchange sees when the responder drops its side after answering).
 		if half.stopped.is_some() {
@@ -856,7 +881,9 @@ impl Connection {
 			scheduler.remove_stream(half.slot);
 		}
 		// Resetting after finish abandons what is still unacknowledged.
-		let _ = proto.send_stream(id).reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+		let _ = proto
+			.send_stream(id)
+			.reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
 		state.mark_dirty();
 	}
 
@@ -896,7 +923,11 @@ impl Connection {
 			}
 		};
 		state.scheduler.move_stream(slot, group);
-		let half = state.streams.get_mut(&id).and_then(|s| s.send.as_mut()).expect("checked above");
+		let half = state
+			.streams
+			.get_mut(&id)
+			.and_then(|s| s.send.as_mut())
+			.expect("checked above");
 		half.group = group;
 		half.shared_group = Some(key);
 		state.release_group(old, old_key);
@@ -937,7 +968,12 @@ impl Connection {
 				if let Some(e) = state.lost_error() {
 					return Poll::Ready(Err(e));
 				}
-				state.streams.get_mut(&id).expect("a handle keeps its entry").waiters.register(waiter);
+				state
+					.streams
+					.get_mut(&id)
+					.expect("a handle keeps its entry")
+					.waiters
+					.register(waiter);
 				Poll::Pending
 			}
 		}
@@ -945,7 +981,10 @@ impl Connection {
 
 	pub(crate) fn stop(&self, id: StreamId, code: u64) {
 		let mut state = self.state();
-		let _ = state.proto.recv_stream(id).stop(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+		let _ = state
+			.proto
+			.recv_stream(id)
+			.stop(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
 		state.mark_dirty();
 	}
 
@@ -961,6 +1000,8 @@ impl Connection {
 
 impl std::fmt::Debug for Connection {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("Connection").field("handle", &self.0.shared.handle.0).finish_non_exhaustive()
+		f.debug_struct("Connection")
+			.field("handle", &self.0.shared.handle.0)
+			.finish_non_exhaustive()
 	}
 }

@@ -201,7 +201,15 @@ impl Endpoint {
 	/// configuration given in [`Config::client`]. Await [`Connection::established`] for the
 	/// handshake.
 	pub fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Connection, ConnectError> {
-		let client = self.0.shared.state.borrow().config.client.clone().ok_or(ConnectError::NoClientConfig)?;
+		let client = self
+			.0
+			.shared
+			.state
+			.borrow()
+			.config
+			.client
+			.clone()
+			.ok_or(ConnectError::NoClientConfig)?;
 		self.connect_with(client, addr, server_name)
 	}
 
@@ -213,7 +221,13 @@ impl Endpoint {
 		server_name: &str,
 	) -> Result<Connection, ConnectError> {
 		let now = kio::time::now();
-		let (handle, conn) = self.0.shared.state.borrow_mut().proto.connect(now, client, addr, server_name)?;
+		let (handle, conn) = self
+			.0
+			.shared
+			.state
+			.borrow_mut()
+			.proto
+			.connect(now, client, addr, server_name)?;
 		Ok(Connection::new(adopt(&self.0.shared, handle, conn), Some(self.clone())))
 	}
 
@@ -280,7 +294,9 @@ impl Endpoint {
 
 impl std::fmt::Debug for Endpoint {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("Endpoint").field("local", &self.local_addr()).finish_non_exhaustive()
+		f.debug_struct("Endpoint")
+			.field("local", &self.local_addr())
+			.finish_non_exhaustive()
 	}
 }
 
@@ -371,12 +387,21 @@ impl EndpointShared {
 		wakes.wake();
 	}
 
-	fn handle_datagram(self: &Rc<Self>, now: std::time::Instant, from: SocketAddr, local_ip: Option<IpAddr>, ecn: Option<EcnCodepoint>, data: &[u8]) {
+	fn handle_datagram(
+		self: &Rc<Self>,
+		now: std::time::Instant,
+		from: SocketAddr,
+		local_ip: Option<IpAddr>,
+		ecn: Option<EcnCodepoint>,
+		data: &[u8],
+	) {
 		let mut state = self.state.borrow_mut();
 		state.stats.datagrams_in += 1;
 		state.stats.bytes_in += data.len() as u64;
 		let mut response = std::mem::take(&mut state.response);
-		let event = state.proto.handle(now, from, local_ip, ecn, BytesMut::from(data), &mut response);
+		let event = state
+			.proto
+			.handle(now, from, local_ip, ecn, BytesMut::from(data), &mut response);
 		match event {
 			None => {}
 			Some(DatagramEvent::ConnectionEvent(handle, event)) => {

@@ -129,7 +129,11 @@ pub fn transport() -> TransportConfig {
 	transport
 		.max_concurrent_uni_streams(VarInt::from_u32(1024))
 		.max_concurrent_bidi_streams(VarInt::from_u32(1024))
-		.max_idle_timeout(Some(Duration::from_secs(30).try_into().expect("30 s is a valid idle timeout")))
+		.max_idle_timeout(Some(
+			Duration::from_secs(30)
+				.try_into()
+				.expect("30 s is a valid idle timeout"),
+		))
 		.keep_alive_interval(Some(Duration::from_secs(5)));
 	transport
 }

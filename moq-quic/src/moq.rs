@@ -49,8 +49,13 @@ impl Transport for Connection {
 
 	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<(MoqSend, MoqRecv), TransportError>> {
 		self.poll_open(waiter, Dir::Bi).map(|r| {
-			r.map(|id| (MoqSend(SendStream::new(self.clone(), id)), MoqRecv(RecvStream::new(self.clone(), id))))
-				.map_err(map)
+			r.map(|id| {
+				(
+					MoqSend(SendStream::new(self.clone(), id)),
+					MoqRecv(RecvStream::new(self.clone(), id)),
+				)
+			})
+			.map_err(map)
 		})
 	}
 
@@ -61,8 +66,13 @@ impl Transport for Connection {
 
 	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<(MoqSend, MoqRecv), TransportError>> {
 		self.poll_accept(waiter, Dir::Bi).map(|r| {
-			r.map(|id| (MoqSend(SendStream::new(self.clone(), id)), MoqRecv(RecvStream::new(self.clone(), id))))
-				.map_err(map)
+			r.map(|id| {
+				(
+					MoqSend(SendStream::new(self.clone(), id)),
+					MoqRecv(RecvStream::new(self.clone(), id)),
+				)
+			})
+			.map_err(map)
 		})
 	}
 

@@ -165,7 +165,9 @@ impl Network {
 
 impl std::fmt::Debug for Network {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("Network").field("config", &self.0.net.config).finish_non_exhaustive()
+		f.debug_struct("Network")
+			.field("config", &self.0.net.config)
+			.finish_non_exhaustive()
 	}
 }
 

@@ -52,7 +52,9 @@ impl Certificate {
 		params.not_before = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
 		let (y, m, d, secs) = utc_date(end);
 		params.not_after = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
-		params.distinguished_name.push(rcgen::DnType::CommonName, names.first().copied().unwrap_or("moq"));
+		params
+			.distinguished_name
+			.push(rcgen::DnType::CommonName, names.first().copied().unwrap_or("moq"));
 		let cert = params.self_signed(&key)?;
 		Ok(Self::new(
 			vec![cert.der().clone()],
@@ -63,7 +65,11 @@ impl Certificate {
 	/// A chain (leaf first) and its key.
 	pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Self {
 		let fingerprint = chain.first().map_or([0; 32], |leaf| fingerprint(leaf));
-		Self { chain, key, fingerprint }
+		Self {
+			chain,
+			key,
+			fingerprint,
+		}
 	}
 
 	/// Reads a PEM chain (leaf first) and a PEM private key.
@@ -123,7 +129,12 @@ impl fmt::Debug for Certificate {
 /// SHA-256 of a DER certificate, with the provider's hash (no extra crate).
 pub fn fingerprint(der: &CertificateDer<'_>) -> [u8; 32] {
 	let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
-	let hash = suite.tls13().expect("a TLS 1.3 suite").common.hash_provider.hash(der.as_ref());
+	let hash = suite
+		.tls13()
+		.expect("a TLS 1.3 suite")
+		.common
+		.hash_provider
+		.hash(der.as_ref());
 	let mut out = [0; 32];
 	out.copy_from_slice(hash.as_ref());
 	out

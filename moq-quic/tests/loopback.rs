@@ -24,7 +24,9 @@ fn pair(cert: &Certificate, pin: [u8; 32]) -> (Endpoint, Endpoint) {
 	let server = Endpoint::bind(local(), Config::new().with_server(cert, &[ALPN]).unwrap()).unwrap();
 	let client = Endpoint::bind(
 		local(),
-		Config::new().with_client(&Verification::Fingerprints(vec![pin]), &[ALPN]).unwrap(),
+		Config::new()
+			.with_client(&Verification::Fingerprints(vec![pin]), &[ALPN])
+			.unwrap(),
 	)
 	.unwrap();
 	(server, client)
@@ -32,7 +34,9 @@ fn pair(cert: &Certificate, pin: [u8; 32]) -> (Endpoint, Endpoint) {
 
 /// A byte pattern that differs per stream and per offset, so a misplaced byte is caught.
 fn pattern(stream: usize, len: usize) -> Vec<u8> {
-	(0..len).map(|i| (i.wrapping_mul(31) ^ stream.wrapping_mul(7919)) as u8).collect()
+	(0..len)
+		.map(|i| (i.wrapping_mul(31) ^ stream.wrapping_mul(7919)) as u8)
+		.collect()
 }
 
 #[test]
@@ -85,9 +89,19 @@ fn a_server_chained_to_a_trusted_root_is_accepted() {
 		let server = Endpoint::bind(local(), Config::new().with_server(&cert, &[ALPN]).unwrap()).unwrap();
 		let roots = Verification::Roots(vec![ca.der().clone()]);
 		let client = Endpoint::bind(local(), Config::new().with_client(&roots, &[ALPN]).unwrap()).unwrap();
-		client.connect(server.local_addr(), "localhost").unwrap().established().await.unwrap();
+		client
+			.connect(server.local_addr(), "localhost")
+			.unwrap()
+			.established()
+			.await
+			.unwrap();
 		// The same roots refuse a name the certificate does not carry.
-		let error = client.connect(server.local_addr(), "example.com").unwrap().established().await.unwrap_err();
+		let error = client
+			.connect(server.local_addr(), "example.com")
+			.unwrap()
+			.established()
+			.await
+			.unwrap_err();
 		assert!(matches!(error, ConnectionError::TransportError(_)), "{error:?}");
 	});
 }
@@ -135,7 +149,11 @@ fn bulk_transfer_both_ways_on_many_streams() {
 				}
 				send.finish().unwrap();
 				let back = recv.read_to_end(BYTES * 2).await.unwrap();
-				assert_eq!(back, pattern(stream + 1000, BYTES), "reply on stream {stream} arrived damaged");
+				assert_eq!(
+					back,
+					pattern(stream + 1000, BYTES),
+					"reply on stream {stream} arrived damaged"
+				);
 			}));
 		}
 		for task in tasks {

@@ -32,12 +32,17 @@ impl Url {
 			Some(at) => (&rest[..at], &rest[at..]),
 			None => (rest, "/"),
 		};
-		let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
+		let path = if path.starts_with('?') {
+			format!("/{path}")
+		} else {
+			path.to_owned()
+		};
 		let (host, port) = match authority.rsplit_once(':') {
 			// An IPv6 literal is bracketed: `[::1]:4443`.
-			Some((host, port)) if !port.contains(']') => {
-				(host, port.parse().with_context(|| format!("{text}: bad port {port:?}"))?)
-			}
+			Some((host, port)) if !port.contains(']') => (
+				host,
+				port.parse().with_context(|| format!("{text}: bad port {port:?}"))?,
+			),
 			_ => (authority, 4443),
 		};
 		let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -102,7 +107,9 @@ pub async fn connect(
 
 /// An endpoint for clients, on an ephemeral port of the address family of `relay`.
 pub fn endpoint(relay: SocketAddr) -> anyhow::Result<Endpoint> {
-	let local: SocketAddr = if relay.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("a valid address");
+	let local: SocketAddr = if relay.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
+		.parse()
+		.expect("a valid address");
 	Endpoint::bind(local, moq_quic::Config::new()).context("binding a UDP socket")
 }
 
@@ -113,11 +120,17 @@ mod tests {
 	#[test]
 	fn urls_parse() {
 		let url = Url::parse("moqt://localhost:4443/live/cam?jwt=abc").unwrap();
-		assert_eq!((url.host.as_str(), url.port, url.path.as_str()), ("localhost", 4443, "/live/cam?jwt=abc"));
+		assert_eq!(
+			(url.host.as_str(), url.port, url.path.as_str()),
+			("localhost", 4443, "/live/cam?jwt=abc")
+		);
 		let url = Url::parse("moqt://[::1]:5000").unwrap();
 		assert_eq!((url.host.as_str(), url.port, url.path.as_str()), ("::1", 5000, "/"));
 		let url = Url::parse("moqt://relay.example?jwt=x").unwrap();
-		assert_eq!((url.host.as_str(), url.port, url.path.as_str()), ("relay.example", 4443, "/?jwt=x"));
+		assert_eq!(
+			(url.host.as_str(), url.port, url.path.as_str()),
+			("relay.example", 4443, "/?jwt=x")
+		);
 		assert!(Url::parse("https://x/").is_err());
 		assert!(Url::parse("moqt://:4443/").is_err());
 		assert!(Url::parse("moqt://x:port/").is_err());

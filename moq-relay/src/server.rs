@@ -111,7 +111,11 @@ pub fn certificate(config: &Config) -> anyhow::Result<Certificate> {
 fn relay_id() -> u64 {
 	use std::hash::{BuildHasher, Hasher};
 	let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-	hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+	hasher.write_u128(
+		SystemTime::now()
+			.duration_since(SystemTime::UNIX_EPOCH)
+			.map_or(0, |d| d.as_nanos()),
+	);
 	hasher.write_u32(std::process::id());
 	(hasher.finish() >> 2).max(1)
 }
@@ -184,7 +188,9 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 				let listener = TcpListener::bind(addr).with_context(|| format!("binding TCP {addr} for HTTP"))?;
 				let bound_addr = listener.local_addr();
 				let metrics_shared = shared.clone();
-				let routes = Rc::new(Routes::new(fingerprint.clone(), move || render_metrics(&metrics_shared)));
+				let routes = Rc::new(Routes::new(fingerprint.clone(), move || {
+					render_metrics(&metrics_shared)
+				}));
 				Some((kio::spawn(http::serve(listener, routes)), bound_addr))
 			}
 			None => None,
@@ -223,7 +229,11 @@ async fn serve_worker(shared: Arc<Shared>, endpoint: Endpoint, index: usize, shu
 	endpoint.close(SHUTDOWN_CODE, "relay shutting down");
 	let drained = race(endpoint.drained(), kio::time::sleep(shared.shutdown_timeout)).await;
 	if let Either::Right(()) = drained {
-		warn!(worker = index, open = endpoint.open_connections(), "drain deadline passed");
+		warn!(
+			worker = index,
+			open = endpoint.open_connections(),
+			"drain deadline passed"
+		);
 	}
 	for task in connections {
 		task.abort();
@@ -282,10 +292,9 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, shutdown: Consu
 	};
 	let root: &Path = &grant.root;
 	// What the peer may watch is what this session publishes to it, and the other way round.
-	let publish = (!grant.subscribe.is_empty())
-		.then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
-	let subscribe = (!grant.publish.is_empty())
-		.then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
+	let publish =
+		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
+	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.sessions_open.fetch_add(1, Ordering::Relaxed);
 	let _session_open = Decrement(&shared.sessions_open);
@@ -342,18 +351,66 @@ async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> 
 fn render_metrics(shared: &Shared) -> String {
 	let mut prom = Prom::new();
 	let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-	prom.counter("moq_relay_connections_total", "QUIC connections accepted.", load(&shared.connections))
-		.gauge("moq_relay_connections", "QUIC connections open.", load(&shared.connections_open))
-		.counter("moq_relay_sessions_total", "moq-lite sessions started.", load(&shared.sessions))
-		.gauge("moq_relay_sessions", "moq-lite sessions open.", load(&shared.sessions_open))
-		.counter("moq_relay_refused_total", "Connections refused (auth, limits).", load(&shared.refused))
-		.gauge("moq_relay_broadcasts", "Broadcasts announced in the origin.", shared.origin.broadcasts() as u64)
-		.counter("moq_relay_groups_in_total", "Group streams received.", load(&shared.counters.groups_in))
-		.counter("moq_relay_groups_out_total", "Group streams sent.", load(&shared.counters.groups_out))
-		.counter("moq_relay_bytes_in_total", "Frame payload bytes received.", load(&shared.counters.bytes_in))
-		.counter("moq_relay_bytes_out_total", "Frame payload bytes sent.", load(&shared.counters.bytes_out))
-		.gauge("moq_relay_cache_bytes", "Bytes held by the track cache.", shared.pool.used())
-		.gauge("moq_relay_cache_capacity_bytes", "The track cache's byte budget.", shared.pool.capacity());
+	prom.counter(
+		"moq_relay_connections_total",
+		"QUIC connections accepted.",
+		load(&shared.connections),
+	)
+	.gauge(
+		"moq_relay_connections",
+		"QUIC connections open.",
+		load(&shared.connections_open),
+	)
+	.counter(
+		"moq_relay_sessions_total",
+		"moq-lite sessions started.",
+		load(&shared.sessions),
+	)
+	.gauge(
+		"moq_relay_sessions",
+		"moq-lite sessions open.",
+		load(&shared.sessions_open),
+	)
+	.counter(
+		"moq_relay_refused_total",
+		"Connections refused (auth, limits).",
+		load(&shared.refused),
+	)
+	.gauge(
+		"moq_relay_broadcasts",
+		"Broadcasts announced in the origin.",
+		shared.origin.broadcasts() as u64,
+	)
+	.counter(
+		"moq_relay_groups_in_total",
+		"Group streams received.",
+		load(&shared.counters.groups_in),
+	)
+	.counter(
+		"moq_relay_groups_out_total",
+		"Group streams sent.",
+		load(&shared.counters.groups_out),
+	)
+	.counter(
+		"moq_relay_bytes_in_total",
+		"Frame payload bytes received.",
+		load(&shared.counters.bytes_in),
+	)
+	.counter(
+		"moq_relay_bytes_out_total",
+		"Frame payload bytes sent.",
+		load(&shared.counters.bytes_out),
+	)
+	.gauge(
+		"moq_relay_cache_bytes",
+		"Bytes held by the track cache.",
+		shared.pool.used(),
+	)
+	.gauge(
+		"moq_relay_cache_capacity_bytes",
+		"The track cache's byte budget.",
+		shared.pool.capacity(),
+	);
 	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
 	let monitors = &shared.monitors;
 	let workers: Vec<String> = (0..endpoints.len()).map(|i| i.to_string()).collect();
@@ -363,21 +420,62 @@ fn render_metrics(shared: &Shared) -> String {
 			family.sample(&[("worker", worker)], value(i));
 		}
 	};
-	family("moq_relay_udp_datagrams_in_total", "UDP datagrams received.", Kind::Counter, &|i| endpoints[i].datagrams_in);
-	family("moq_relay_udp_datagrams_out_total", "UDP datagrams sent.", Kind::Counter, &|i| endpoints[i].datagrams_out);
-	family("moq_relay_udp_bytes_in_total", "UDP payload bytes received.", Kind::Counter, &|i| endpoints[i].bytes_in);
-	family("moq_relay_udp_bytes_out_total", "UDP payload bytes sent.", Kind::Counter, &|i| endpoints[i].bytes_out);
-	family("moq_relay_udp_sendmsg_total", "sendmsg operations (a GSO train is one).", Kind::Counter, &|i| {
-		endpoints[i].transmits
-	});
-	family("moq_relay_quic_connections", "QUIC connections open on the worker.", Kind::Gauge, &|i| endpoints[i].open);
+	family(
+		"moq_relay_udp_datagrams_in_total",
+		"UDP datagrams received.",
+		Kind::Counter,
+		&|i| endpoints[i].datagrams_in,
+	);
+	family(
+		"moq_relay_udp_datagrams_out_total",
+		"UDP datagrams sent.",
+		Kind::Counter,
+		&|i| endpoints[i].datagrams_out,
+	);
+	family(
+		"moq_relay_udp_bytes_in_total",
+		"UDP payload bytes received.",
+		Kind::Counter,
+		&|i| endpoints[i].bytes_in,
+	);
+	family(
+		"moq_relay_udp_bytes_out_total",
+		"UDP payload bytes sent.",
+		Kind::Counter,
+		&|i| endpoints[i].bytes_out,
+	);
+	family(
+		"moq_relay_udp_sendmsg_total",
+		"sendmsg operations (a GSO train is one).",
+		Kind::Counter,
+		&|i| endpoints[i].transmits,
+	);
+	family(
+		"moq_relay_quic_connections",
+		"QUIC connections open on the worker.",
+		Kind::Gauge,
+		&|i| endpoints[i].open,
+	);
 	let stats: Vec<kio::Stats> = monitors.iter().map(kio::Monitor::stats).collect();
 	let at = |i: usize| stats.get(i).copied().unwrap_or_default();
-	family("kio_loop_turns_total", "Event loop turns.", Kind::Counter, &|i| at(i).turns);
+	family("kio_loop_turns_total", "Event loop turns.", Kind::Counter, &|i| {
+		at(i).turns
+	});
 	family("kio_task_polls_total", "Task polls.", Kind::Counter, &|i| at(i).polls);
-	family("kio_parks_total", "Turns that parked in io_uring_enter.", Kind::Counter, &|i| at(i).parks);
-	family("kio_uring_enter_total", "io_uring_enter calls.", Kind::Counter, &|i| at(i).ring.enters);
-	family("kio_uring_submissions_total", "SQEs submitted.", Kind::Counter, &|i| at(i).ring.submissions);
-	family("kio_uring_completions_total", "CQEs reaped.", Kind::Counter, &|i| at(i).ring.completions);
+	family(
+		"kio_parks_total",
+		"Turns that parked in io_uring_enter.",
+		Kind::Counter,
+		&|i| at(i).parks,
+	);
+	family("kio_uring_enter_total", "io_uring_enter calls.", Kind::Counter, &|i| {
+		at(i).ring.enters
+	});
+	family("kio_uring_submissions_total", "SQEs submitted.", Kind::Counter, &|i| {
+		at(i).ring.submissions
+	});
+	family("kio_uring_completions_total", "CQEs reaped.", Kind::Counter, &|i| {
+		at(i).ring.completions
+	});
 	prom.finish()
 }

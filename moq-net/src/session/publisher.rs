@@ -340,7 +340,15 @@ async fn serve_group<T: Transport + 'static>(
 	if let Some(counters) = inner.config.counters.as_deref() {
 		counters.groups_out.fetch_add(1, Ordering::Relaxed);
 	}
-	if let Err(err) = write_frames(&mut send, &mut group, timescale, prefix, inner.config.counters.as_deref()).await {
+	if let Err(err) = write_frames(
+		&mut send,
+		&mut group,
+		timescale,
+		prefix,
+		inner.config.counters.as_deref(),
+	)
+	.await
+	{
 		send.reset(err.code());
 		return;
 	}

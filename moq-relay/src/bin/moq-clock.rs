@@ -102,14 +102,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			..TrackInfo::default()
 		};
 		let track = broadcast.create_track(TRACK, info)?;
-		let client = client::connect(&endpoint, addr, &url, &verification, local.id(), Some(local.consumer()), None).await?;
+		let client = client::connect(
+			&endpoint,
+			addr,
+			&url,
+			&verification,
+			local.id(),
+			Some(local.consumer()),
+			None,
+		)
+		.await?;
 		eprintln!("moq-clock: publishing {}/{} on {addr}", url.path, args.broadcast);
 		let mut sequence = 0;
 		loop {
 			let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
 			let mut group = track.create_group(sequence)?;
 			let text = clock_text(now.as_secs());
-			group.write_frame(Frame::new(Timestamp::new(now.as_millis() as u64, 1000), text.into_bytes()))?;
+			group.write_frame(Frame::new(
+				Timestamp::new(now.as_millis() as u64, 1000),
+				text.into_bytes(),
+			))?;
 			group.finish()?;
 			sequence += 1;
 			// Wake on the next second, or end when the relay closes the session.
@@ -122,7 +134,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
 		}
 	} else {
 		let viewer = Origin::new(u64::from(std::process::id()).max(1));
-		let client = client::connect(&endpoint, addr, &url, &verification, viewer.id(), None, Some(viewer.producer())).await?;
+		let client = client::connect(
+			&endpoint,
+			addr,
+			&url,
+			&verification,
+			viewer.id(),
+			None,
+			Some(viewer.producer()),
+		)
+		.await?;
 		eprintln!("moq-clock: waiting for {}/{} on {addr}", url.path, args.broadcast);
 		let mut cursor = viewer.consumer().announced(&Path::default());
 		let broadcast = loop {
@@ -136,7 +157,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
 		let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
 		while let Some(mut group) = track.recv_group().await? {
 			while let Some(frame) = group.read_frame().await? {
-				println!("{} (group {})", String::from_utf8_lossy(&frame.payload), group.sequence());
+				println!(
+					"{} (group {})",
+					String::from_utf8_lossy(&frame.payload),
+					group.sequence()
+				);
 			}
 		}
 		drop(client);

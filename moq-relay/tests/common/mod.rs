@@ -25,10 +25,13 @@ pub(crate) struct Relay {
 impl Relay {
 	/// A relay on 127.0.0.1 with `workers` workers and anonymous access everywhere.
 	pub(crate) fn start(workers: usize) -> Self {
-		Self::start_with(workers, AuthConfig {
-			key_file: None,
-			anonymous: Anonymous::everything(),
-		})
+		Self::start_with(
+			workers,
+			AuthConfig {
+				key_file: None,
+				anonymous: Anonymous::everything(),
+			},
+		)
 	}
 
 	pub(crate) fn start_with(workers: usize, auth: AuthConfig) -> Self {
@@ -87,20 +90,46 @@ pub(crate) fn endpoint(relay: &Relay) -> Endpoint {
 }
 
 /// Connects a publisher of `origin`'s broadcasts.
-pub(crate) async fn publisher(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
+pub(crate) async fn publisher(
+	relay: &Relay,
+	endpoint: &Endpoint,
+	path: &str,
+	origin: &Origin,
+) -> anyhow::Result<Client> {
 	let addr: SocketAddr = relay.bound.quic;
-	client::connect(endpoint, addr, &relay.url(path), &relay.verification(), origin.id(), Some(origin.consumer()), None).await
+	client::connect(
+		endpoint,
+		addr,
+		&relay.url(path),
+		&relay.verification(),
+		origin.id(),
+		Some(origin.consumer()),
+		None,
+	)
+	.await
 }
 
 /// Connects a viewer mirroring the relay's announcements into `origin`.
 pub(crate) async fn viewer(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
 	let addr: SocketAddr = relay.bound.quic;
-	client::connect(endpoint, addr, &relay.url(path), &relay.verification(), origin.id(), None, Some(origin.producer())).await
+	client::connect(
+		endpoint,
+		addr,
+		&relay.url(path),
+		&relay.verification(),
+		origin.id(),
+		None,
+		Some(origin.producer()),
+	)
+	.await
 }
 
 /// A local broadcast `name` with one track "video".
 pub(crate) fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, Publication) {
-	let (broadcast, publication) = origin.producer().create_broadcast(&Path::new(name), Default::default()).unwrap();
+	let (broadcast, publication) = origin
+		.producer()
+		.create_broadcast(&Path::new(name), Default::default())
+		.unwrap();
 	let info = TrackInfo {
 		timescale: 1000,
 		latency_max: Duration::from_secs(30),
