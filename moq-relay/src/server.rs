@@ -57,6 +57,8 @@ struct Shared {
 	connections_open: AtomicU64,
 	sessions: AtomicU64,
 	sessions_open: AtomicU64,
+	/// Sessions open on each worker.
+	worker_sessions: Vec<AtomicU64>,
 	refused: AtomicU64,
 	max_connections: Option<usize>,
 	shutdown_timeout: Duration,
@@ -144,6 +146,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		connections_open: AtomicU64::new(0),
 		sessions: AtomicU64::new(0),
 		sessions_open: AtomicU64::new(0),
+		worker_sessions: (0..config.workers).map(|_| AtomicU64::new(0)).collect(),
 		refused: AtomicU64::new(0),
 		max_connections: config.max_connections,
 		shutdown_timeout: config.shutdown_timeout,
@@ -223,7 +226,12 @@ async fn serve_worker(shared: Arc<Shared>, endpoint: Endpoint, index: usize, shu
 			break;
 		};
 		connections.retain(|task: &kio::JoinHandle<()>| !task.is_finished());
-		connections.push(kio::spawn(serve_connection(shared.clone(), conn, shutdown.clone())));
+		connections.push(kio::spawn(serve_connection(
+			shared.clone(),
+			conn,
+			index,
+			shutdown.clone(),
+		)));
 	}
 	info!(worker = index, open = endpoint.open_connections(), "shutting down");
 	endpoint.close(SHUTDOWN_CODE, "relay shutting down");
@@ -251,7 +259,7 @@ async fn publish_stats(shared: Arc<Shared>, endpoint: Endpoint, index: usize) {
 }
 
 /// One connection: SETUP, auth, the session, until it ends.
-async fn serve_connection(shared: Arc<Shared>, conn: Connection, shutdown: Consumer<()>) {
+async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, shutdown: Consumer<()>) {
 	let remote = conn.remote_address();
 	let open = shared.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
 	shared.connections.fetch_add(1, Ordering::Relaxed);
@@ -298,6 +306,8 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, shutdown: Consu
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.sessions_open.fetch_add(1, Ordering::Relaxed);
 	let _session_open = Decrement(&shared.sessions_open);
+	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
+	let _worker_session = Decrement(&shared.worker_sessions[worker]);
 	info!(%remote, root = %root, publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
 	let session = session::start(conn.clone(), config, peer, publish, subscribe);
 	let expiry = async {
@@ -455,6 +465,12 @@ fn render_metrics(shared: &Shared) -> String {
 		"QUIC connections open on the worker.",
 		Kind::Gauge,
 		&|i| endpoints[i].open,
+	);
+	family(
+		"moq_relay_worker_sessions",
+		"Sessions open on the worker.",
+		Kind::Gauge,
+		&|i| load(&shared.worker_sessions[i]),
 	);
 	let stats: Vec<kio::Stats> = monitors.iter().map(kio::Monitor::stats).collect();
 	let at = |i: usize| stats.get(i).copied().unwrap_or_default();

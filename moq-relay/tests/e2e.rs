@@ -1,27 +1,221 @@
-//! End-to-end: real QUIC over loopback through an in-process relay on several workers.
+//! End to end: real QUIC over loopback through an in-process relay on two workers.
+//!
+//! Clients run on the test's own kio runtime. The relay's `SO_REUSEPORT` group hashes a client's
+//! address to one worker, so connections from one client endpoint (one UDP port) land on the
+//! same worker, and a new endpoint lands on either.
 
 mod common;
 
+use std::rc::Rc;
+use std::task::Poll;
+
 use common::*;
-use moq_net::model::Origin;
+use kio::sync::Producer;
+use moq_net::model::{Origin, Path};
+use moq_quic::Endpoint;
+
+/// Sessions open on each relay worker, read from `/metrics`.
+async fn worker_sessions(relay: &Relay) -> Vec<u64> {
+	let body = moq_relay::http::get(relay.bound.http.unwrap(), "/metrics")
+		.await
+		.unwrap()
+		.body;
+	let mut sessions = Vec::new();
+	for line in body.lines().filter(|l| l.starts_with("moq_relay_worker_sessions{")) {
+		sessions.push(line.rsplit(' ').next().unwrap().parse().unwrap());
+	}
+	sessions
+}
+
+/// The worker whose session count went up between `before` and `after`.
+fn landed(before: &[u64], after: &[u64]) -> usize {
+	let moved: Vec<usize> = (0..after.len()).filter(|&i| after[i] > before[i]).collect();
+	assert_eq!(moved.len(), 1, "exactly one new session: {before:?} -> {after:?}");
+	moved[0]
+}
 
 #[test]
-fn publish_then_subscribe_through_the_relay() {
+fn one_publisher_and_a_hundred_subscribers_receive_every_group_in_order() {
+	const VIEWERS: usize = 100;
+	const GROUPS: u64 = 20;
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let publisher_endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let _publisher = publisher(&relay, &publisher_endpoint, "/live", &origin).await.unwrap();
+		// Ten client sockets, ten connections each: spread over the relay's workers.
+		let endpoints: Vec<Endpoint> = (0..10).map(|_| endpoint(&relay)).collect();
+		let ready = Rc::new(Producer::new(0usize));
+		let all_ready = ready.consume();
+		let go = Rc::new(Producer::new(false));
+		let mut viewers = Vec::new();
+		for i in 0..VIEWERS {
+			let endpoint = endpoints[i % endpoints.len()].clone();
+			let viewer_origin = Origin::new(1000 + i as u64);
+			let client = viewer(&relay, &endpoint, "/live", &viewer_origin).await.unwrap();
+			let (ready, go) = (ready.clone(), go.consume());
+			viewers.push(kio::spawn(async move {
+				let mut cursor = announced(&viewer_origin, "bbb")
+					.await
+					.subscribe_track("video", sub())
+					.unwrap();
+				// Group 0 is the latest when the viewer joins; the rest are published after every
+				// viewer has it.
+				let mut got = take(&mut cursor, 1).await;
+				*ready.write().unwrap() += 1;
+				go.wait(|go| if *go { Poll::Ready(()) } else { Poll::Pending })
+					.await
+					.unwrap();
+				got.extend(take(&mut cursor, GROUPS as usize).await);
+				drop(client);
+				got
+			}));
+		}
+		track.used().await;
+		publish(&track, 0);
+		// Every viewer has group 0 before the rest go out.
+		all_ready
+			.wait(|n| if *n == VIEWERS { Poll::Ready(()) } else { Poll::Pending })
+			.await
+			.unwrap();
+		*go.write().unwrap() = true;
+		for seq in 1..=GROUPS {
+			publish(&track, seq);
+		}
+		let expected: Vec<(u64, u64)> = (0..=GROUPS).map(|s| (s, s)).collect();
+		for (i, viewer) in viewers.into_iter().enumerate() {
+			assert_eq!(viewer.await.unwrap(), expected, "viewer {i}");
+		}
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn publishers_and_subscribers_on_different_workers() {
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let before = worker_sessions(&relay).await;
+		let publisher_endpoint = endpoint(&relay);
+		let _publisher = publisher(&relay, &publisher_endpoint, "/live", &origin).await.unwrap();
+		let mut sessions = worker_sessions(&relay).await;
+		let publisher_worker = landed(&before, &sessions);
+		// New client sockets until one lands on the other worker (each does with probability ½).
+		let mut keep = Vec::new();
+		let (viewer_origin, _viewer) = loop {
+			assert!(keep.len() < 40, "no connection reached the other worker");
+			let viewer_endpoint = endpoint(&relay);
+			let viewer_origin = Origin::new(2 + keep.len() as u64);
+			let client = viewer(&relay, &viewer_endpoint, "/live", &viewer_origin).await.unwrap();
+			let now = worker_sessions(&relay).await;
+			let worker = landed(&sessions, &now);
+			sessions = now;
+			if worker != publisher_worker {
+				break (viewer_origin, (client, viewer_endpoint));
+			}
+			keep.push((client, viewer_endpoint));
+		};
+		let mut cursor = announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		track.used().await;
+		for seq in 0..10 {
+			publish(&track, seq);
+		}
+		assert_eq!(take(&mut cursor, 10).await, (0..10).map(|s| (s, s)).collect::<Vec<_>>());
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn the_connection_path_roots_sessions() {
 	let relay = Relay::start(2);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
-		let publisher_origin = Origin::new(1);
-		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		let _publisher = publisher(&relay, &endpoint, "/live", &publisher_origin).await.unwrap();
-		let viewer_origin = Origin::new(2);
-		let _viewer = viewer(&relay, &endpoint, "/live", &viewer_origin).await.unwrap();
-		let broadcast = announced(&viewer_origin, "bbb").await;
-		let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
+		let a = Origin::new(1);
+		let (_ba, _ta, _pa) = local_broadcast(&a, "x");
+		let _publisher_a = publisher(&relay, &endpoint, "/a", &a).await.unwrap();
+		let b = Origin::new(2);
+		let (_bb, _tb, _pb) = local_broadcast(&b, "y");
+		let _publisher_b = publisher(&relay, &endpoint, "/b?token=ignored", &b).await.unwrap();
+
+		// Under /a the broadcast is "x"; from the root it is "a/x".
+		let under_a = Origin::new(3);
+		let _viewer_a = viewer(&relay, &endpoint, "/a", &under_a).await.unwrap();
+		announced(&under_a, "x").await;
+		let at_root = Origin::new(4);
+		let _viewer_root = viewer(&relay, &endpoint, "/", &at_root).await.unwrap();
+		announced(&at_root, "a/x").await;
+		announced(&at_root, "b/y").await;
+		// Under /b only "y": the current set arrives whole, so "x" would be there by now.
+		let under_b = Origin::new(5);
+		let _viewer_b = viewer(&relay, &endpoint, "/b", &under_b).await.unwrap();
+		announced(&under_b, "y").await;
+		assert!(under_b.consumer().get_broadcast(&Path::new("x")).is_none());
+		assert!(under_b.consumer().get_broadcast(&Path::new("a/x")).is_none());
+		assert_eq!(under_b.broadcasts(), 1);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let _publisher = publisher(&relay, &endpoint, "/live", &origin).await.unwrap();
+		let early = Origin::new(2);
+		let _early = viewer(&relay, &endpoint, "/live", &early).await.unwrap();
+		let mut early_cursor = announced(&early, "bbb").await.subscribe_track("video", sub()).unwrap();
 		track.used().await;
 		for seq in 0..5 {
 			publish(&track, seq);
 		}
-		assert_eq!(take(&mut cursor, 5).await, (0..5).map(|s| (s, s)).collect::<Vec<_>>());
+		assert_eq!(take(&mut early_cursor, 5).await.last(), Some(&(4, 4)));
+		let late = Origin::new(3);
+		let _late = viewer(&relay, &endpoint, "/live", &late).await.unwrap();
+		let mut late_cursor = announced(&late, "bbb").await.subscribe_track("video", sub()).unwrap();
+		assert_eq!(take(&mut late_cursor, 1).await, vec![(4, 4)], "the latest group first");
+		publish(&track, 5);
+		assert_eq!(take(&mut late_cursor, 1).await, vec![(5, 5)]);
+		assert_eq!(take(&mut early_cursor, 1).await, vec![(5, 5)]);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_publisher_that_disconnects_ends_its_broadcast() {
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let publisher_client = publisher(&relay, &endpoint, "/live", &origin).await.unwrap();
+		let viewer_origin = Origin::new(2);
+		let _viewer = viewer(&relay, &endpoint, "/live", &viewer_origin).await.unwrap();
+		let mut announcements = viewer_origin.consumer().announced(&Path::default());
+		let mut cursor = announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut cursor, 1).await, vec![(0, 0)]);
+		drop(publisher_client);
+		// The viewer's track ends (not cleanly: its publisher is gone) ...
+		assert!(!matches!(cursor.recv_group().await, Ok(Some(_))), "no more groups");
+		// ... and the broadcast is unannounced.
+		loop {
+			let update = announcements.next().await;
+			if update.path == Path::new("bbb") && update.broadcast.is_none() {
+				break;
+			}
+		}
 	});
 	relay.stop().unwrap();
 }
