@@ -70,7 +70,8 @@ pub struct EndpointStats {
 }
 
 pub(crate) enum Io {
-	Udp(UdpSocket),
+	// Boxed: a socket is ten times the size of a simulated port.
+	Udp(Box<UdpSocket>),
 	Sim(sim::Port),
 }
 
@@ -138,7 +139,7 @@ impl Endpoint {
 		let socket = UdpSocket::bind_with(addr, &udp)?;
 		socket.set_gso_enabled(config.gso_segments > 1);
 		let local = socket.local_addr();
-		Ok(Self::start(Io::Udp(socket), local, config))
+		Ok(Self::start(Io::Udp(Box::new(socket)), local, config))
 	}
 
 	/// An endpoint on a simulated network (see [`sim`](crate::sim)).
