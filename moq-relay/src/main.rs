@@ -36,13 +36,21 @@ fn main() -> ExitCode {
 		})
 		.expect("spawning the signal thread");
 	let result = server::run(&config, watch, |bound| {
+		// Written, not println!ed: that panics when stdout is closed (EPIPE), and a banner nobody
+		// reads must not take the relay down with it.
+		use std::io::Write as _;
+		let mut out = std::io::stdout().lock();
 		let port = bound.quic.port();
-		println!("moq-relay: QUIC (ALPN moq-lite-05) on udp {}", bound.quic);
+		let _ = writeln!(out, "moq-relay: QUIC (ALPN moq-lite-05) on udp {}", bound.quic);
 		if let Some(http) = bound.http {
-			println!("moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics");
+			let _ = writeln!(
+				out,
+				"moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics"
+			);
 		}
-		println!("moq-relay: certificate sha256 {}", bound.fingerprint);
-		println!(
+		let _ = writeln!(out, "moq-relay: certificate sha256 {}", bound.fingerprint);
+		let _ = writeln!(
+			out,
 			"moq-relay: connect to moqt://localhost:{port}/<path>, e.g.\n  cargo run --release -p moq-relay --bin moq-clock -- publish moqt://localhost:{port}/demo\n  cargo run --release -p moq-relay --bin moq-clock -- subscribe moqt://localhost:{port}/demo"
 		);
 	});

@@ -1,0 +1,284 @@
+//! The relay binary as a process: it prints where it listens, serves, and on SIGTERM or SIGINT
+//! closes its sessions and exits 0; `--help` works; a configuration that lets nobody in is
+//! refused before anything starts.
+//!
+//! Waiting for a child process with a bound has no signal std offers: [`exit_within`] polls
+//! `try_wait` every 20 ms (the poll observes the exit, it does not stand in for one).
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use moq_net::lite::ErrorCode;
+use moq_net::model::Origin;
+use moq_quic::{ConnectionError, Verification};
+use moq_relay::client::{self, Url};
+use moq_relay::http;
+
+const RELAY: &str = env!("CARGO_BIN_EXE_moq-relay");
+
+/// How long a process gets to start or to exit.
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Polls `child` until it exits, for at most `limit`.
+fn exit_within(child: &mut Child, limit: Duration) -> ExitStatus {
+	let start = Instant::now();
+	loop {
+		if let Some(status) = child.try_wait().expect("waiting for the relay") {
+			return status;
+		}
+		assert!(start.elapsed() < limit, "the relay still runs after {limit:?}");
+		std::thread::sleep(Duration::from_millis(20));
+	}
+}
+
+/// Runs the relay with `args` to its exit (within [`LIMIT`]): status, stdout, stderr. The
+/// output must fit the pipes' buffers, which is all these runs print.
+fn run(args: &[&str]) -> (ExitStatus, String, String) {
+	let mut child = Command::new(RELAY)
+		.args(args)
+		.stdin(Stdio::null())
+		.stdout(Stdio::piped())
+		.stderr(Stdio::piped())
+		.spawn()
+		.expect("starting the relay");
+	let status = exit_within(&mut child, LIMIT);
+	let mut stdout = String::new();
+	let mut stderr = String::new();
+	child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+	child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+	(status, stdout, stderr)
+}
+
+/// A relay process on an ephemeral loopback port with two workers; killed if still running
+/// when dropped (a failed test leaves no process behind).
+struct Running {
+	child: Child,
+	quic: SocketAddr,
+	http: SocketAddr,
+	fingerprint: String,
+}
+
+impl Running {
+	fn start() -> Self {
+		let mut child = Command::new(RELAY)
+			.args(["--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"])
+			.args(["--shutdown-timeout", "2s"])
+			.stdin(Stdio::null())
+			.stdout(Stdio::piped())
+			.stderr(Stdio::piped())
+			.spawn()
+			.expect("starting the relay");
+		let stdout = child.stdout.take().unwrap();
+		let (tx, rx) = mpsc::channel();
+		// Read to its end all along, even once the lines are no longer wanted: closing the pipe
+		// early would make the relay's later banner lines fail.
+		std::thread::spawn(move || {
+			for line in BufReader::new(stdout).lines() {
+				let Ok(line) = line else { break };
+				let _ = tx.send(line);
+			}
+		});
+		// Read to its end all along, so the relay never writes into a full or closed pipe.
+		let mut stderr = child.stderr.take().unwrap();
+		let stderr = std::thread::spawn(move || {
+			let mut text = String::new();
+			let _ = stderr.read_to_string(&mut text);
+			text
+		});
+		let (mut quic, mut http, mut fingerprint) = (None, None, None);
+		let start = Instant::now();
+		while quic.is_none() || http.is_none() || fingerprint.is_none() {
+			let left = LIMIT.saturating_sub(start.elapsed());
+			let Ok(line) = rx.recv_timeout(left) else {
+				let _ = child.kill();
+				let _ = child.wait();
+				let stderr = stderr.join().unwrap_or_default();
+				panic!("the relay did not say where it listens; stderr:\n{stderr}");
+			};
+			if let Some(addr) = line.strip_prefix("moq-relay: QUIC (ALPN moq-lite-05) on udp ") {
+				quic = Some(addr.parse::<SocketAddr>().expect("the QUIC address"));
+			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP on tcp ") {
+				let addr = rest.split_once(": ").map_or(rest, |(addr, _)| addr);
+				http = Some(addr.parse::<SocketAddr>().expect("the HTTP address"));
+			} else if let Some(hex) = line.strip_prefix("moq-relay: certificate sha256 ") {
+				fingerprint = Some(hex.to_owned());
+			}
+		}
+		Self {
+			child,
+			quic: quic.unwrap(),
+			http: http.unwrap(),
+			fingerprint: fingerprint.unwrap(),
+		}
+	}
+
+	fn signal(&self, name: &str) {
+		let status = Command::new("kill")
+			.arg(format!("-{name}"))
+			.arg(self.child.id().to_string())
+			.status()
+			.expect("running kill");
+		assert!(status.success(), "kill -{name}: {status}");
+	}
+}
+
+impl Drop for Running {
+	fn drop(&mut self) {
+		if let Ok(None) = self.child.try_wait() {
+			let _ = self.child.kill();
+			let _ = self.child.wait();
+		}
+	}
+}
+
+/// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
+async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
+	let mut future = pin!(future);
+	let mut deadline = pin!(kio::time::sleep(limit));
+	std::future::poll_fn(|cx| {
+		if let Poll::Ready(out) = future.as_mut().poll(cx) {
+			return Poll::Ready(out);
+		}
+		if deadline.as_mut().poll(cx).is_ready() {
+			panic!("{what}: nothing after {limit:?}");
+		}
+		Poll::Pending
+	})
+	.await
+}
+
+/// Starts the relay, checks it serves HTTP and QUIC, sends `signal` with a session open, and
+/// checks the session is closed with Closed (25) and the process exits 0.
+fn stops_cleanly_on(signal: &str) {
+	let mut relay = Running::start();
+	assert_eq!(relay.quic.ip().to_string(), "127.0.0.1");
+	// With no --http-listen, HTTP is on TCP at the port the kernel picked for QUIC.
+	assert_eq!(relay.http, relay.quic);
+	kio::Builder::single().build().unwrap().block_on(async {
+		let health = within(Duration::from_secs(5), "/health", http::get(relay.http, "/health"))
+			.await
+			.expect("GET /health");
+		assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+		let served = within(
+			Duration::from_secs(5),
+			"/certificate.sha256",
+			http::get(relay.http, "/certificate.sha256"),
+		)
+		.await
+		.expect("GET /certificate.sha256");
+		assert_eq!(served.body, relay.fingerprint);
+
+		let pinned = moq_quic::tls::parse_fingerprint(&relay.fingerprint).expect("the printed fingerprint parses");
+		let verification = Verification::Fingerprints(vec![pinned]);
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		let url = Url::parse(&format!("moqt://localhost:{}/demo", relay.quic.port())).unwrap();
+		let origin = Origin::new(5);
+		let connect = client::connect(
+			&endpoint,
+			relay.quic,
+			&url,
+			&verification,
+			origin.id(),
+			None,
+			Some(origin.producer()),
+		);
+		let client = within(Duration::from_secs(5), "connect", connect)
+			.await
+			.expect("a pinned client connects anonymously");
+
+		relay.signal(signal);
+		match within(Duration::from_secs(5), "the shutdown close", client.connection.closed()).await {
+			ConnectionError::ApplicationClosed(close) => {
+				assert_eq!(close.error_code.into_inner(), ErrorCode::Closed.code());
+			}
+			other => panic!("closed other than by the relay's shutdown: {other}"),
+		}
+	});
+	let status = exit_within(&mut relay.child, LIMIT);
+	assert!(status.success(), "after SIG{signal}: {status}");
+}
+
+#[test]
+fn sigterm_closes_sessions_and_exits_zero() {
+	stops_cleanly_on("TERM");
+}
+
+#[test]
+fn sigint_closes_sessions_and_exits_zero() {
+	stops_cleanly_on("INT");
+}
+
+#[test]
+fn help_exits_zero_and_lists_the_options() {
+	let (status, stdout, _) = run(&["--help"]);
+	assert!(status.success(), "{status}");
+	for option in ["--listen", "--workers", "--auth-key", "--no-anonymous"] {
+		assert!(stdout.contains(option), "--help does not mention {option}:\n{stdout}");
+	}
+}
+
+#[test]
+fn a_configuration_that_lets_nobody_in_is_refused() {
+	let (status, stdout, stderr) = run(&["--listen", "127.0.0.1:0", "--no-anonymous"]);
+	assert!(!status.success(), "the relay ran: {status}\n{stdout}");
+	assert!(stderr.contains("nobody could connect"), "stderr:\n{stderr}");
+	// It stopped before serving anything.
+	assert!(!stdout.contains("QUIC"), "stdout:\n{stdout}");
+}
+
+#[test]
+fn a_closed_stdout_does_not_stop_the_relay() {
+	// Closed before the relay starts, so every line it prints fails (EPIPE: Rust ignores
+	// SIGPIPE). Where it listens is read from its log instead.
+	let (reader, writer) = std::io::pipe().unwrap();
+	drop(reader);
+	let mut child = Command::new(RELAY)
+		.args(["--listen", "127.0.0.1:0", "--workers", "1", "--log-level", "info"])
+		.stdin(Stdio::null())
+		.stdout(writer)
+		.stderr(Stdio::piped())
+		.spawn()
+		.expect("starting the relay");
+	let stderr = child.stderr.take().unwrap();
+	let (tx, rx) = mpsc::channel();
+	std::thread::spawn(move || {
+		for line in BufReader::new(stderr).lines() {
+			let Ok(line) = line else { break };
+			let _ = tx.send(line);
+		}
+	});
+	let mut log = String::new();
+	let start = Instant::now();
+	let quic: SocketAddr = loop {
+		let left = LIMIT.saturating_sub(start.elapsed());
+		let Ok(line) = rx.recv_timeout(left) else {
+			let _ = child.kill();
+			let _ = child.wait();
+			panic!("no \"serving\" line; the log:\n{log}");
+		};
+		log.push_str(&line);
+		log.push('\n');
+		if line.contains("serving")
+			&& let Some(addr) = line.split_whitespace().find_map(|word| word.strip_prefix("quic_addr="))
+		{
+			break addr.parse().expect("the logged QUIC address");
+		}
+	};
+	let health = kio::Builder::single()
+		.build()
+		.unwrap()
+		.block_on(async { within(Duration::from_secs(5), "/health", http::get(quic, "/health")).await });
+	let running = child.try_wait().unwrap();
+	if running.is_none() {
+		let _ = child.kill();
+		let _ = child.wait();
+	}
+	assert_eq!(running, None, "the relay exited; the log:\n{log}");
+	assert_eq!(health.expect("GET /health").status, 200);
+}
