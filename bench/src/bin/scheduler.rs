@@ -692,7 +692,7 @@ fn markdown(rows: &[Row], revision: &str) -> String {
 	};
 	let mut out = format!(
 		"# Send scheduler: reprioritizing and retiring a group\n\n\
-		 Revision `{revision}` (plus the working tree when this file is part of the same commit). \
+		 Measured at revision `{revision}` (HEAD when the harness ran). \
 		 Unit: **{}**. Source: {}. Median of {} run(s) per row (callgrind counts are exact and \
 		 repeat to the instruction); each run replays `cycles` operations.\n\n\
 		 Bar: at most {BAR} instructions per reprioritize or retire at every size from 16 to 16,384 \
