@@ -69,6 +69,10 @@ pub struct EndpointStats {
 	pub send_errors: u64,
 }
 
+#[allow(
+	clippy::large_enum_variant,
+	reason = "one per endpoint, never moved once started: boxing the socket would only add an indirection"
+)]
 pub(crate) enum Io {
 	Udp(UdpSocket),
 	Sim(sim::Port),

@@ -67,19 +67,19 @@ impl Transport for Connection {
 	}
 
 	fn send_datagram(&self, payload: Bytes) -> Result<(), TransportError> {
-		Connection::send_datagram(self, payload).map_err(map)
+		Self::send_datagram(self, payload).map_err(map)
 	}
 
 	fn poll_recv_datagram(&self, waiter: &Waiter) -> Poll<Result<Bytes, TransportError>> {
-		Connection::poll_recv_datagram(self, waiter).map(|r| r.map_err(map))
+		Self::poll_recv_datagram(self, waiter).map(|r| r.map_err(map))
 	}
 
 	fn close(&self, code: u64, reason: &str) {
-		Connection::close(self, code, reason);
+		Self::close(self, code, reason);
 	}
 
 	fn poll_closed(&self, waiter: &Waiter) -> Poll<u64> {
-		Connection::poll_closed(self, waiter).map(|e| closed_code(&e))
+		Self::poll_closed(self, waiter).map(|e| closed_code(&e))
 	}
 }
 
