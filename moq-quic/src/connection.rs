@@ -13,10 +13,16 @@
 //!
 //! Written data waits in the stream's own queue; the [`Scheduler`] decides which stream feeds
 //! quinn-proto next (strict priority levels, deficit round robin of send groups, streams within a
-//! group), one GSO batch's worth before each `poll_transmit`, so the order on the wire is ours.
-//! quinn-proto's send window is kept at twice the congestion window plus two batches: what it
-//! holds beyond what it can send is bounded, and what it holds is ordered by the same priority,
-//! mirrored onto its streams (its retransmissions follow that order too).
+//! group), topping up what quinn-proto holds unsent to one GSO batch before each
+//! `poll_transmit`, so the order on the wire is ours: whatever quinn-proto holds, it orders by its
+//! own per-stream round robin. It does not say how much it holds unsent, so the driver keeps an
+//! estimate (`unsent`): each write adds to it, and each transmit takes off its size less the least
+//! overhead a datagram can have. The estimate never exceeds the truth (above it, quinn-proto could
+//! run dry while the driver held back, and the connection would stall); it errs low by overhead,
+//! retransmissions and ACKs, so quinn-proto may hold a little more, until it next drains.
+//! quinn-proto's send window, only a cap, is kept at twice the congestion window plus two batches
+//! (it also counts data lost or acknowledged out of order), and what it holds is ordered by the
+//! same priority, mirrored onto its streams (its retransmissions follow that order too).
 //!
 //! # Budget
 //!
@@ -45,6 +51,10 @@ const QUANTUM: usize = 1200;
 pub(crate) const STREAM_BUFFER: usize = 256 * 1024;
 /// quinn-proto's send window never goes below this.
 const MIN_SEND_WINDOW: u64 = 64 * 1024;
+/// The least of a datagram that cannot be stream data: a short header with no connection id and
+/// a one-byte packet number (2), the AEAD tag (16) and a STREAM frame's type and stream id (2).
+/// Taking off less than a transmit's real overhead keeps `unsent` at or below the truth.
+const MIN_DATAGRAM_OVERHEAD: usize = 20;
 
 /// A stream id as the scheduler's key, and back.
 fn stream_key(id: StreamId) -> u64 {
@@ -134,6 +144,9 @@ pub(crate) struct ConnState {
 	groups: HashMap<u64, SharedGroup>,
 	scheduler: Scheduler,
 	gso_segments: usize,
+	/// An estimate, never above the truth, of the stream bytes quinn-proto was given and has not
+	/// sent yet (see the module docs).
+	unsent: usize,
 	/// A server connection not yet handed to `accept`.
 	unannounced: bool,
 }
@@ -171,6 +184,7 @@ impl ConnShared {
 				groups: HashMap::new(),
 				scheduler: Scheduler::new(QUANTUM),
 				gso_segments,
+				unsent: 0,
 				unannounced,
 			}),
 		})
@@ -275,6 +289,9 @@ impl ConnState {
 
 	/// The peer stopped a stream: drop what is queued, and reset it with the same code.
 	fn on_stopped(&mut self, id: StreamId, code: u64) {
+		// A reset drops what quinn-proto holds unsent of the stream, by an amount not known here:
+		// zero keeps the estimate at or below the truth.
+		self.unsent = 0;
 		let Some(stream) = self.streams.get_mut(&id) else {
 			let _ = self
 				.proto
@@ -327,8 +344,9 @@ impl ConnState {
 		}
 	}
 
-	/// Hands queued data to quinn-proto, in the scheduler's order, up to `budget` bytes.
-	fn feed(&mut self, budget: usize) {
+	/// Hands queued data to quinn-proto, in the scheduler's order, up to `budget` bytes; returns
+	/// how much it took.
+	fn feed(&mut self, budget: usize) -> usize {
 		let mut fed = 0;
 		let mut blocked = 0;
 		while fed < budget {
@@ -431,6 +449,7 @@ impl ConnState {
 				blocked = 0;
 			}
 		}
+		fed
 	}
 }
 
@@ -516,7 +535,8 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Opti
 		return Turn::Drained;
 	}
 
-	// Keep quinn-proto's buffer about one congestion window past what is in flight.
+	// The cap on quinn-proto's buffer: about one congestion window past what is in flight. What it
+	// holds unsent is kept to about a batch below, by `unsent`.
 	let mtu = usize::from(state.proto.current_mtu());
 	let batch = state.gso_segments * mtu;
 	let window = state.proto.congestion_state().window();
@@ -530,8 +550,11 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Opti
 			state.dirty = true;
 			return Turn::Again;
 		}
-		if !state.scheduler.is_empty() {
-			state.feed(batch);
+		// Top quinn-proto's unsent data up to one batch, what this `poll_transmit` can take.
+		let budget = batch.saturating_sub(state.unsent);
+		if budget > 0 && !state.scheduler.is_empty() {
+			let fed = state.feed(budget);
+			state.unsent += fed;
 		}
 		// Checked before producing, so a produced transmit always has a place.
 		if !endpoint.has_tx_space() {
@@ -543,7 +566,11 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Opti
 		match state.proto.poll_transmit(now, max_datagrams, &mut buf) {
 			Some(transmit) => {
 				buf.truncate(transmit.size);
-				datagrams += transmit.segment_size.map_or(1, |s| transmit.size.div_ceil(s));
+				let count = transmit.segment_size.map_or(1, |s| transmit.size.div_ceil(s));
+				datagrams += count;
+				// At most this much of it was our stream data (see `MIN_DATAGRAM_OVERHEAD`).
+				let carried = transmit.size.saturating_sub(count * MIN_DATAGRAM_OVERHEAD);
+				state.unsent = state.unsent.saturating_sub(carried);
 				endpoint.queue(Outgoing {
 					destination: transmit.destination,
 					ecn: transmit.ecn,
@@ -884,6 +911,8 @@ impl Connection {
 		let _ = proto
 			.send_stream(id)
 			.reset(VarInt::from_u64(code).unwrap_or(VarInt::MAX));
+		// quinn-proto dropped what it held unsent of the stream (see `on_stopped`).
+		state.unsent = 0;
 		state.mark_dirty();
 	}
 

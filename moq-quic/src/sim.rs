@@ -259,21 +259,27 @@ impl Net {
 	}
 }
 
+/// Delivers every flight when it lands, until the network is gone.
+///
+/// The work is done in the poll itself: `kio::wait` polls again on every wake, so a wake by a new
+/// flight and a wake by the deadline both deliver what is due and re-arm for the next landing.
+/// Delivering only once `poll_elapsed` was ready lost the wakes by new flights: a flight sent
+/// while no deadline was armed (an idle network, so the very first one) was never delivered, and
+/// one landing before the armed deadline was delivered late.
 async fn pump(net: Weak<Net>) {
 	let mut deadline = Deadline::new(None);
-	loop {
-		let Some(strong) = net.upgrade() else {
-			return;
+	kio::wait(|w| {
+		let Some(net) = net.upgrade() else {
+			return Poll::Ready(());
 		};
-		let next = strong.deliver_due();
-		deadline.set(next);
-		kio::wait(|w| {
-			strong.pump.borrow_mut().register(w);
-			deadline.poll_elapsed(w)
-		})
-		.await;
-		// Woken by a new flight or the deadline: either way, look again.
-	}
+		deadline.set(net.deliver_due());
+		net.pump.borrow_mut().register(w);
+		// What is due was just delivered, so the next landing is later than now: this arms the
+		// timer and is pending.
+		let _ = deadline.poll_elapsed(w);
+		Poll::Pending
+	})
+	.await
 }
 
 /// An endpoint's attachment to the network.
