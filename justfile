@@ -24,6 +24,18 @@ bench-kio:
 bench-fanout *REVS:
 	bench/scripts/bench-fanout.sh {{REVS}}
 
+# The send scheduler: instructions per reprioritize and retire, 16 to 16,384 groups (callgrind).
+bench-scheduler:
+	cargo run --release -p bench --bin scheduler -- --save
+
+# QUIC throughput over loopback: MB/s, CPU-seconds per GB, io_uring_enter per packet, GSO/GRO on and off.
+bench-quic:
+	cargo bench -p moq-quic --bench throughput
+
+# The relay with its defaults: QUIC and HTTP on [::]:4443, a generated certificate, anonymous access.
+relay:
+	cargo run --release -p moq-relay
+
 # The model fan-out table, saved to bench/results/ (perf counter, else callgrind, else task-clock).
 bench-model:
 	cargo run --release -p bench --bin fanout -- model --save
