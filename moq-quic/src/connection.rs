@@ -316,6 +316,31 @@ impl ConnState {
 		self.collect(id);
 	}
 
+	/// Starts tracking stream `id`: a handle for each half we hold, and for a half we send on, its
+	/// own send group (at priority 0) in the scheduler.
+	fn track(&mut self, id: StreamId, send: bool, recv: bool) {
+		let send = send.then(|| {
+			let group = self.scheduler.insert_group(0);
+			SendHalf {
+				queue: VecDeque::new(),
+				queued: 0,
+				finishing: false,
+				done: false,
+				slot: self.scheduler.insert_stream(group, stream_key(id)),
+				group,
+				shared_group: None,
+				stopped: None,
+			}
+		});
+		let handles = u8::from(send.is_some()) + u8::from(recv);
+		let entry = StreamState {
+			send,
+			handles,
+			waiters: WaiterList::new(),
+		};
+		self.streams.insert(id, entry);
+	}
+
 	/// Forgets a stream's entry once no handle is left and nothing remains to hand over.
 	fn collect(&mut self, id: StreamId) {
 		let Some(stream) = self.streams.get(&id) else {
@@ -681,25 +706,7 @@ impl Connection {
 		}
 		match state.proto.streams().open(dir) {
 			Some(id) => {
-				let group = state.scheduler.insert_group(0);
-				let slot = state.scheduler.insert_stream(group, stream_key(id));
-				state.streams.insert(
-					id,
-					StreamState {
-						send: Some(SendHalf {
-							queue: VecDeque::new(),
-							queued: 0,
-							finishing: false,
-							done: false,
-							slot,
-							group,
-							shared_group: None,
-							stopped: None,
-						}),
-						handles: if dir == Dir::Bi { 2 } else { 1 },
-						waiters: WaiterList::new(),
-					},
-				);
+				state.track(id, true, dir == Dir::Bi);
 				Poll::Ready(Ok(id))
 			}
 			None => {
@@ -726,26 +733,7 @@ impl Connection {
 		let mut state = self.state();
 		match state.proto.streams().accept(dir) {
 			Some(id) => {
-				let mut entry = StreamState {
-					handles: 1,
-					..StreamState::default()
-				};
-				if dir == Dir::Bi {
-					let group = state.scheduler.insert_group(0);
-					let slot = state.scheduler.insert_stream(group, stream_key(id));
-					entry.handles = 2;
-					entry.send = Some(SendHalf {
-						queue: VecDeque::new(),
-						queued: 0,
-						finishing: false,
-						done: false,
-						slot,
-						group,
-						shared_group: None,
-						stopped: None,
-					});
-				}
-				state.streams.insert(id, entry);
+				state.track(id, dir == Dir::Bi, true);
 				// Accepting may raise the peer's stream limit: MAX_STREAMS goes out.
 				state.mark_dirty();
 				Poll::Ready(Ok(id))

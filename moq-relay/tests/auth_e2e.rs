@@ -6,10 +6,7 @@
 
 mod common;
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::pin;
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -79,22 +76,6 @@ fn token(mut claims: serde_json::Value) -> String {
 /// The connection path for `token` under `/live`.
 fn live(token: &str) -> String {
 	format!("/live?jwt={token}")
-}
-
-/// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-	let mut future = pin!(future);
-	let mut deadline = pin!(kio::time::sleep(limit));
-	std::future::poll_fn(|cx| {
-		if let Poll::Ready(out) = future.as_mut().poll(cx) {
-			return Poll::Ready(out);
-		}
-		if deadline.as_mut().poll(cx).is_ready() {
-			panic!("{what}: nothing after {limit:?}");
-		}
-		Poll::Pending
-	})
-	.await
 }
 
 /// Connects a viewer on `path` that the relay must refuse; the code it closes the connection

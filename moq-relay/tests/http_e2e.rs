@@ -4,9 +4,6 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::Poll;
 use std::time::Duration;
 
 use common::*;
@@ -14,22 +11,6 @@ use moq_net::model::Origin;
 use moq_quic::{ConnectionError, Verification};
 use moq_relay::client;
 use moq_relay::http::{self, ClientResponse};
-
-/// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-	let mut future = pin!(future);
-	let mut deadline = pin!(kio::time::sleep(limit));
-	std::future::poll_fn(|cx| {
-		if let Poll::Ready(out) = future.as_mut().poll(cx) {
-			return Poll::Ready(out);
-		}
-		if deadline.as_mut().poll(cx).is_ready() {
-			panic!("{what}: nothing after {limit:?}");
-		}
-		Poll::Pending
-	})
-	.await
-}
 
 async fn get(relay: &Relay, path: &str) -> ClientResponse {
 	let addr = relay.bound.http.expect("the test relay serves HTTP");

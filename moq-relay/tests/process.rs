@@ -5,13 +5,13 @@
 //! Waiting for a child process with a bound has no signal std offers: [`exit_within`] polls
 //! `try_wait` every 20 ms (the poll observes the exit, it does not stand in for one).
 
-use std::future::Future;
+mod common;
+
+use common::within;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use moq_net::lite::ErrorCode;
@@ -135,22 +135,6 @@ impl Drop for Running {
 			let _ = self.child.wait();
 		}
 	}
-}
-
-/// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-	let mut future = pin!(future);
-	let mut deadline = pin!(kio::time::sleep(limit));
-	std::future::poll_fn(|cx| {
-		if let Poll::Ready(out) = future.as_mut().poll(cx) {
-			return Poll::Ready(out);
-		}
-		if deadline.as_mut().poll(cx).is_ready() {
-			panic!("{what}: nothing after {limit:?}");
-		}
-		Poll::Pending
-	})
-	.await
 }
 
 /// Starts the relay, checks it serves HTTP and QUIC, sends `signal` with a session open, and

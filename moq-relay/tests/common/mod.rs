@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // Each test crate uses a different subset.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -181,4 +182,20 @@ pub(crate) fn sub() -> Subscription {
 
 pub(crate) fn runtime() -> kio::Runtime {
 	kio::Builder::single().build().unwrap()
+}
+
+/// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
+pub(crate) async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
+	let mut future = std::pin::pin!(future);
+	let mut deadline = std::pin::pin!(kio::time::sleep(limit));
+	std::future::poll_fn(|cx| {
+		if let std::task::Poll::Ready(out) = future.as_mut().poll(cx) {
+			return std::task::Poll::Ready(out);
+		}
+		if deadline.as_mut().poll(cx).is_ready() {
+			panic!("{what}: nothing after {limit:?}");
+		}
+		std::task::Poll::Pending
+	})
+	.await
 }
