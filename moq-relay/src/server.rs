@@ -184,11 +184,15 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 			}
 		}
 		let http = match http_addr {
-			Some(mut addr) => {
-				if addr.port() == 0 && addr.ip() == listen.ip() {
-					addr.set_port(quic_addr.port());
+			Some(addr) => {
+				// An unspecified port means "the QUIC port, on TCP" when it is the same address
+				// (one number for both), and any free port if that one is taken on TCP.
+				let same = SocketAddr::new(addr.ip(), quic_addr.port());
+				let listener = match addr.port() == 0 && addr.ip() == listen.ip() {
+					true => TcpListener::bind(same).or_else(|_| TcpListener::bind(addr)),
+					false => TcpListener::bind(addr),
 				}
-				let listener = TcpListener::bind(addr).with_context(|| format!("binding TCP {addr} for HTTP"))?;
+				.with_context(|| format!("binding TCP {addr} for HTTP"))?;
 				let bound_addr = listener.local_addr();
 				let metrics_shared = shared.clone();
 				let routes = Rc::new(Routes::new(fingerprint.clone(), move || {
