@@ -112,7 +112,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			None,
 		)
 		.await?;
-		eprintln!("moq-clock: publishing {}/{} on {addr}", url.path, args.broadcast);
+		eprintln!(
+			"moq-clock: publishing {}/{} on {addr}",
+			url.path.trim_end_matches('/'),
+			args.broadcast
+		);
 		let mut sequence = 0;
 		loop {
 			let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -144,7 +148,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			Some(viewer.producer()),
 		)
 		.await?;
-		eprintln!("moq-clock: waiting for {}/{} on {addr}", url.path, args.broadcast);
+		eprintln!(
+			"moq-clock: waiting for {}/{} on {addr}",
+			url.path.trim_end_matches('/'),
+			args.broadcast
+		);
 		let mut cursor = viewer.consumer().announced(&Path::default());
 		let broadcast = loop {
 			let update = cursor.next().await;
