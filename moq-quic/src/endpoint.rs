@@ -135,7 +135,11 @@ impl Endpoint {
 	/// Binds a UDP socket at `addr` on this worker (with `SO_REUSEPORT`, so every worker can bind
 	/// the same port) and starts serving it.
 	pub fn bind(addr: SocketAddr, config: Config) -> io::Result<Self> {
-		let udp = UdpConfig::new().reuse_port(true).gro(config.gro);
+		let udp = UdpConfig::new()
+			.reuse_port(true)
+			.gro(config.gro)
+			.recv_buffer(config.socket_buffer)
+			.send_buffer(config.socket_buffer);
 		let socket = UdpSocket::bind_with(addr, &udp)?;
 		socket.set_gso_enabled(config.gso_segments > 1);
 		let local = socket.local_addr();
