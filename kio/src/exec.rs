@@ -784,6 +784,12 @@ pub fn spawn<F: Future + 'static>(future: F) -> JoinHandle<F::Output> {
 	expect_core("kio::spawn", |core| core.spawn(future))
 }
 
+/// Spawns a task on the current worker, or gives `None` (dropping `future`) outside one: for
+/// destructors that hand work to a task when they can (a socket lingering to say goodbye).
+pub fn try_spawn<F: Future + 'static>(future: F) -> Option<JoinHandle<F::Output>> {
+	with_core(|core| core.spawn(future))
+}
+
 /// Spawns, on worker `index` of the current runtime, the future that `make` builds there.
 pub fn spawn_on<M, F>(index: usize, make: M) -> RemoteJoinHandle<F::Output>
 where

@@ -59,7 +59,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, worker_count, worker_index};
+pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spawn, worker_count, worker_index};
 pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 #[doc(hidden)]
 pub use uring::sys::pin_current_thread;

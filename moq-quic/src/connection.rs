@@ -117,6 +117,9 @@ struct SendHalf {
 	/// An explicit send group shared with other streams, by its application key.
 	shared_group: Option<u64>,
 	stopped: Option<u64>,
+	/// quinn-proto refused a write (flow control): out of the scheduler until `Writable`, so a
+	/// stuck stream is not tried again on every turn nor re-readied by every write.
+	blocked: bool,
 }
 
 #[derive(Default)]
@@ -147,6 +150,11 @@ pub(crate) struct ConnState {
 	open_waiters: [WaiterList; 2],
 	datagram_waiters: WaiterList,
 	streams: HashMap<StreamId, StreamState>,
+	/// Streams the peer opened that were accepted, by direction: the peer's streams are accepted
+	/// in order, so one whose index is at least this is still waiting.
+	accepted: [u64; 2],
+	/// STOP_SENDING for the peer's bidirectional streams not accepted yet, applied at accept.
+	early_stops: HashMap<StreamId, u64>,
 	groups: HashMap<u64, SharedGroup>,
 	scheduler: Scheduler,
 	gso_segments: usize,
@@ -187,6 +195,8 @@ impl ConnShared {
 				open_waiters: [WaiterList::new(), WaiterList::new()],
 				datagram_waiters: WaiterList::new(),
 				streams: HashMap::new(),
+				accepted: [0, 0],
+				early_stops: HashMap::new(),
 				groups: HashMap::new(),
 				scheduler: Scheduler::new(QUANTUM),
 				gso_segments,
@@ -274,10 +284,11 @@ impl ConnState {
 			Event::Stream(StreamEvent::Available { dir }) => self.open_waiters[dir_index(dir)].wake(),
 			Event::Stream(StreamEvent::Readable { id }) => self.wake_stream(id),
 			Event::Stream(StreamEvent::Writable { id }) => {
-				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut())
-					&& !half.done && (half.queued > 0 || half.finishing)
-				{
-					self.scheduler.ready(half.slot);
+				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
+					half.blocked = false;
+					if !half.done && (half.queued > 0 || half.finishing) {
+						self.scheduler.ready(half.slot);
+					}
 				}
 			}
 			Event::Stream(StreamEvent::Finished { id }) => {
@@ -299,6 +310,13 @@ impl ConnState {
 		// zero keeps the estimate at or below the truth.
 		self.unsent = 0;
 		let Some(stream) = self.streams.get_mut(&id) else {
+			// A stream of the peer's not accepted yet: quinn-proto has not counted it among our
+			// send streams, and resetting it now would free it uncounted (its counter
+			// underflows). The stop waits for the accept.
+			if id.initiator() != self.proto.side() && id.index() >= self.accepted[dir_index(id.dir())] {
+				self.early_stops.insert(id, code);
+				return;
+			}
 			let _ = self
 				.proto
 				.send_stream(id)
@@ -336,6 +354,7 @@ impl ConnState {
 				group,
 				shared_group: None,
 				stopped: None,
+				blocked: false,
 			}
 		});
 		let handles = u8::from(send.is_some()) + u8::from(recv);
@@ -345,6 +364,9 @@ impl ConnState {
 			waiters: WaiterList::new(),
 		};
 		self.streams.insert(id, entry);
+		if let Some(code) = self.early_stops.remove(&id) {
+			self.on_stopped(id, code);
+		}
 	}
 
 	/// Forgets a stream's entry once no handle is left and nothing remains to hand over.
@@ -379,7 +401,8 @@ impl ConnState {
 	/// how much it took.
 	fn feed(&mut self, budget: usize) -> usize {
 		let mut fed = 0;
-		let mut blocked = 0;
+		// Bounded: each pick sends, or takes its stream off the scheduler (drained, blocked until
+		// `Writable`, or done).
 		while fed < budget {
 			let Some(pick) = self.scheduler.pick() else {
 				break;
@@ -394,6 +417,7 @@ impl ConnState {
 			let mut sent = 0;
 			let mut outcome = After::Drained;
 			let mut full = false;
+			let mut closed = false;
 			let mut stream = self.proto.send_stream(id);
 			while sent < allowance {
 				let Some(mut chunk) = half.queue.pop_front() else {
@@ -441,14 +465,23 @@ impl ConnState {
 					Err(quinn_proto::WriteError::ClosedStream) => {
 						half.queue.clear();
 						half.queued = 0;
+						closed = true;
 						break;
 					}
 				}
 			}
-			if outcome != After::Blocked {
+			if outcome == After::Blocked {
+				half.blocked = true;
+			} else {
 				outcome = if half.queued > 0 { After::Ready } else { After::Drained };
 			}
 			let mut finished = false;
+			// quinn-proto no longer knows the stream: nothing more can go out on it (later writes
+			// fail with `Closed`).
+			if closed && !half.done {
+				half.done = true;
+				finished = true;
+			}
 			if half.queued == 0 && (half.finishing || half.stopped.is_some()) && !half.done {
 				if half.stopped.is_none() {
 					let _ = stream.finish();
@@ -468,16 +501,6 @@ impl ConnState {
 			}
 			if full {
 				break;
-			}
-			if outcome == After::Blocked {
-				blocked += 1;
-				// Two blocked streams in a row: quinn-proto's window is full, not one stream's
-				// flow control. Each blocked stream hears `Writable` when it can go on.
-				if blocked >= 2 {
-					break;
-				}
-			} else {
-				blocked = 0;
 			}
 		}
 		fed
@@ -739,6 +762,7 @@ impl Connection {
 		let mut state = self.state();
 		match state.proto.streams().accept(dir) {
 			Some(id) => {
+				state.accepted[dir_index(dir)] += 1;
 				state.track(id, dir == Dir::Bi, true);
 				// Accepting may raise the peer's stream limit: MAX_STREAMS goes out.
 				state.mark_dirty();
@@ -848,7 +872,8 @@ impl Connection {
 			half.queued += take;
 			half.queue.push_back(chunk);
 		}
-		if half.queued > 0 {
+		// A blocked stream waits for `Writable`, however much more is written to it.
+		if half.queued > 0 && !half.blocked {
 			scheduler.ready(half.slot);
 			state.mark_dirty();
 		}
@@ -875,9 +900,12 @@ impl Connection {
 			return Err(StreamError::Closed);
 		}
 		half.finishing = true;
-		// An empty stream still needs its FIN sent: the scheduler hands it over.
-		scheduler.ready(half.slot);
-		state.mark_dirty();
+		// An empty stream still needs its FIN sent: the scheduler hands it over (a blocked one
+		// once `Writable` comes).
+		if !half.blocked {
+			scheduler.ready(half.slot);
+			state.mark_dirty();
+		}
 		Ok(())
 	}
 

@@ -105,25 +105,64 @@ struct Handle {
 }
 
 impl Drop for Handle {
+	/// Closes every connection (code 0) and, on a worker, lingers in a task for at most
+	/// [`LINGER`] until they have drained, so their CONNECTION_CLOSE reaches the peers; then the
+	/// socket's tasks and the drivers stop. (Stopping them at once left peers to find out by their
+	/// idle timeout.)
 	fn drop(&mut self) {
-		for task in self.tasks.drain(..) {
-			task.abort();
-		}
-		let drivers: Vec<_> = self.shared.drivers.borrow_mut().drain().map(|(_, d)| d).collect();
-		for driver in drivers {
-			driver.abort();
-		}
-		let mut state = self.shared.state.borrow_mut();
-		state.closed = true;
-		let conns: Vec<_> = state.conns.drain().map(|(_, c)| c).collect();
-		state.accepted.clear();
-		let wakes = state.accept_waiters.take();
-		drop(state);
-		wakes.wake();
-		// Their drivers are gone: whoever still holds one of them hears it is closed.
+		let shared = self.shared.clone();
+		let tasks = Rc::new(std::cell::Cell::new(std::mem::take(&mut self.tasks)));
+		let conns: Vec<_> = shared.state.borrow().conns.values().cloned().collect();
 		for conn in conns {
-			conn.abandon();
+			conn.close(0, b"");
 		}
+		let linger = {
+			let (shared, tasks) = (shared.clone(), tasks.clone());
+			async move {
+				let mut deadline = kio::time::Deadline::new(Some(kio::time::now() + LINGER));
+				kio::wait(|w| {
+					let mut state = shared.state.borrow_mut();
+					if state.conns.is_empty() {
+						return Poll::Ready(());
+					}
+					state.drain_waiters.register(w);
+					drop(state);
+					deadline.poll_elapsed(w)
+				})
+				.await;
+				shut(&shared, tasks.take());
+			}
+		};
+		if let Some(task) = kio::try_spawn(linger) {
+			drop(task); // Detached: it ends by itself.
+		} else {
+			// Outside a worker (a runtime being torn down): nothing can run any more.
+			shut(&shared, tasks.take());
+		}
+	}
+}
+
+/// The longest a dropped endpoint lingers for its connections to drain.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Stops an endpoint's tasks and drivers; whoever still holds a connection hears it is closed.
+fn shut(shared: &Rc<EndpointShared>, tasks: Vec<JoinHandle<()>>) {
+	for task in tasks {
+		task.abort();
+	}
+	let drivers: Vec<_> = shared.drivers.borrow_mut().drain().map(|(_, d)| d).collect();
+	for driver in drivers {
+		driver.abort();
+	}
+	let mut state = shared.state.borrow_mut();
+	state.closed = true;
+	let conns: Vec<_> = state.conns.drain().map(|(_, c)| c).collect();
+	state.accepted.clear();
+	let wakes = state.accept_waiters.take();
+	drop(state);
+	wakes.wake();
+	for conn in conns {
+		conn.abandon();
 	}
 }
 
@@ -484,7 +523,7 @@ async fn receive(shared: Rc<EndpointShared>) {
 			let train = match socket.recv().await {
 				Ok(train) => train,
 				// A failed multishot re-arms on the next call; only a closed socket ends this.
-				Err(e) if e.raw_os_error() == Some(libc_ebadf()) => return,
+				Err(e) if e.raw_os_error() == Some(libc::EBADF) => return,
 				Err(_) => continue,
 			};
 			let now = kio::time::now();
@@ -501,10 +540,6 @@ async fn receive(shared: Rc<EndpointShared>) {
 			shared.handle_datagram(now, datagram.from, None, datagram.ecn, &datagram.payload);
 		},
 	}
-}
-
-fn libc_ebadf() -> i32 {
-	9
 }
 
 /// The sender task.

@@ -1,0 +1,185 @@
+//! Regressions found by review, each a scenario that once failed: a stop before accept, streams
+//! stuck on flow control starving others, and a dropped endpoint that never said goodbye. They run
+//! on the simulated network, on a paused clock.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use moq_quic::sim::{Network, SimConfig};
+use moq_quic::{Certificate, Config, Connection, ConnectionError, Endpoint, StreamError, VarInt, Verification};
+
+const ALPN: &[u8] = b"test/1";
+
+fn runtime() -> kio::Runtime {
+	kio::Builder::single()
+		.paused_clock(true)
+		.build()
+		.expect("a kio runtime")
+}
+fn server_addr() -> SocketAddr {
+	"10.0.0.1:4433".parse().unwrap()
+}
+fn client_addr() -> SocketAddr {
+	"10.0.0.2:5000".parse().unwrap()
+}
+
+/// A connected pair; the server's streams get `window` bytes of stream receive window.
+async fn pair(network: &Network, window: Option<u32>) -> (Endpoint, Endpoint, Connection, Connection) {
+	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
+	let mut server_config = Config::new().with_server(&cert, &[ALPN]).unwrap();
+	if let Some(window) = window {
+		let mut t = moq_quic::transport();
+		t.stream_receive_window(VarInt::from_u32(window));
+		server_config.server.as_mut().unwrap().transport_config(Arc::new(t));
+	}
+	let client_config = Config::new()
+		.with_client(&Verification::Fingerprints(vec![cert.fingerprint()]), &[ALPN])
+		.unwrap();
+	let se = Endpoint::simulated(network, server_addr(), server_config);
+	let ce = Endpoint::simulated(network, client_addr(), client_config);
+	let client = ce.connect(server_addr(), "localhost").unwrap();
+	client.established().await.unwrap();
+	let server = se.accept().await.unwrap();
+	(se, ce, client, server)
+}
+
+/// Two high-priority streams the peer does not read (stream flow control exhausted) are
+/// re-readied by one more write each; a low-priority stream queued in the same tick must still go.
+#[test]
+fn stream_blocked_streams_do_not_starve_others_one_shot() {
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_se, _ce, client, server) = pair(&network, Some(16 * 1024)).await;
+		let mut a = client.open_uni().await.unwrap();
+		let mut b = client.open_uni().await.unwrap();
+		a.set_priority(10);
+		b.set_priority(10);
+		a.write(Bytes::from(vec![1u8; 32 * 1024])).await.unwrap();
+		b.write(Bytes::from(vec![2u8; 32 * 1024])).await.unwrap();
+		// The server accepts both and never reads them.
+		let _ra = server.accept_uni().await.unwrap();
+		let _rb = server.accept_uni().await.unwrap();
+		kio::time::sleep(Duration::from_secs(1)).await;
+		// Same tick: A and B become ready again, C gets data.
+		a.write(Bytes::from_static(b"x")).await.unwrap();
+		b.write(Bytes::from_static(b"y")).await.unwrap();
+		let mut c = client.open_uni().await.unwrap();
+		c.set_priority(0);
+		c.write(Bytes::from(vec![3u8; 1000])).await.unwrap();
+		c.finish().unwrap();
+		let start = kio::time::now();
+		let mut rc = server.accept_uni().await.unwrap();
+		let got = rc.read_to_end(1 << 20).await.unwrap();
+		let took = kio::time::now() - start;
+		assert_eq!(got.len(), 1000);
+		assert!(took < Duration::from_millis(500), "C stalled for {took:?}");
+	});
+}
+
+/// The same with writers that keep adding to A and B (a live track the peer stopped reading).
+#[test]
+fn stream_blocked_streams_do_not_starve_others_continuous() {
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_se, _ce, client, server) = pair(&network, Some(16 * 1024)).await;
+		let mut a = client.open_uni().await.unwrap();
+		let mut b = client.open_uni().await.unwrap();
+		a.set_priority(10);
+		b.set_priority(10);
+		a.write(Bytes::from(vec![1u8; 32 * 1024])).await.unwrap();
+		b.write(Bytes::from(vec![2u8; 32 * 1024])).await.unwrap();
+		let _ra = server.accept_uni().await.unwrap();
+		let _rb = server.accept_uni().await.unwrap();
+		kio::time::sleep(Duration::from_secs(1)).await;
+		let mut c = client.open_uni().await.unwrap();
+		c.set_priority(0);
+		let writer = kio::spawn(async move {
+			loop {
+				// One frame per 33 ms to both blocked tracks, in one tick.
+				a.write(Bytes::from_static(b"x")).await.unwrap();
+				b.write(Bytes::from_static(b"y")).await.unwrap();
+				kio::time::sleep(Duration::from_millis(33)).await;
+			}
+		});
+		kio::time::sleep(Duration::from_millis(5)).await;
+		// C queued between two frames (its write runs in the same tick as nothing else).
+		c.write(Bytes::from(vec![3u8; 1000])).await.unwrap();
+		c.finish().unwrap();
+		let start = kio::time::now();
+		let mut rc = server.accept_uni().await.unwrap();
+		let got = rc.read_to_end(1 << 20).await.unwrap();
+		let took = kio::time::now() - start;
+		writer.abort();
+		assert_eq!(got.len(), 1000);
+		assert!(took < Duration::from_millis(500), "C stalled for {took:?}");
+	});
+}
+
+/// Dropping a client's last Connection and Endpoint: does the server hear the close?
+#[test]
+fn dropping_a_client_connection_with_its_endpoint_tells_the_server() {
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_se, ce, client, server) = pair(&network, None).await;
+		drop(ce);
+		let start = kio::time::now();
+		drop(client);
+		let reason = server.closed().await;
+		let took = kio::time::now() - start;
+		assert!(
+			matches!(reason, ConnectionError::ApplicationClosed(_)),
+			"no CONNECTION_CLOSE reached the server: {reason:?} after {took:?}"
+		);
+	});
+}
+
+/// Control: the endpoint outlives the connection.
+#[test]
+fn dropping_a_client_connection_alone_tells_the_server() {
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_se, ce, client, server) = pair(&network, None).await;
+		let start = kio::time::now();
+		drop(client);
+		let reason = server.closed().await;
+		let took = kio::time::now() - start;
+		assert!(matches!(reason, ConnectionError::ApplicationClosed(_)));
+		assert!(took < Duration::from_secs(1), "the close took {took:?}");
+		drop(ce);
+	});
+}
+
+/// The peer opens a bidirectional stream and stops our half before we accept it.
+#[test]
+fn a_stop_before_accept_reaches_the_send_half() {
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_se, _ce, client, server) = pair(&network, None).await;
+		let (mut cs, mut cr) = client.open_bi().await.unwrap();
+		cs.write(Bytes::from_static(b"hello")).await.unwrap();
+		cr.stop(7);
+		kio::time::sleep(Duration::from_millis(200)).await;
+		let (mut ss, _sr) = server.accept_bi().await.unwrap();
+		let write = ss.write(Bytes::from_static(b"reply")).await;
+		assert_eq!(
+			write,
+			Err(StreamError::Stopped(7)),
+			"a write after the peer's STOP_SENDING"
+		);
+		let stopped = {
+			let mut f = std::pin::pin!(ss.stopped());
+			let mut t = std::pin::pin!(kio::time::sleep(Duration::from_secs(5)));
+			std::future::poll_fn(|cx| {
+				use std::future::Future;
+				if let std::task::Poll::Ready(r) = f.as_mut().poll(cx) {
+					return std::task::Poll::Ready(Some(r));
+				}
+				t.as_mut().poll(cx).map(|_| None)
+			})
+			.await
+		};
+		assert!(matches!(stopped, Some(Ok(7))), "stopped() = {stopped:?}");
+		drop(cs);
+	});
+}
