@@ -754,7 +754,7 @@ impl Connection {
 	/// Opens a bidirectional stream.
 	pub async fn open_bi(&self) -> Result<(SendStream, RecvStream), StreamError> {
 		let id = kio::wait(|w| self.poll_open(w, Dir::Bi)).await?;
-		Ok((SendStream::new(self.clone(), id), RecvStream::new(self.clone(), id)))
+		Ok(self.halves(id))
 	}
 
 	/// Accepts the peer's next stream of `dir`.
@@ -787,7 +787,12 @@ impl Connection {
 	/// Accepts the peer's next bidirectional stream.
 	pub async fn accept_bi(&self) -> Result<(SendStream, RecvStream), StreamError> {
 		let id = kio::wait(|w| self.poll_accept(w, Dir::Bi)).await?;
-		Ok((SendStream::new(self.clone(), id), RecvStream::new(self.clone(), id)))
+		Ok(self.halves(id))
+	}
+
+	/// The two handles of bidirectional stream `id`.
+	pub(crate) fn halves(&self, id: StreamId) -> (SendStream, RecvStream) {
+		(SendStream::new(self.clone(), id), RecvStream::new(self.clone(), id))
 	}
 
 	/// Sends an unreliable datagram (the oldest queued one is dropped if the buffer is full).

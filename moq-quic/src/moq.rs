@@ -38,6 +38,13 @@ pub struct MoqSend(SendStream);
 #[derive(Debug)]
 pub struct MoqRecv(RecvStream);
 
+impl Connection {
+	fn moq_halves(&self, id: quinn_proto::StreamId) -> (MoqSend, MoqRecv) {
+		let (send, recv) = self.halves(id);
+		(MoqSend(send), MoqRecv(recv))
+	}
+}
+
 impl Transport for Connection {
 	type Send = MoqSend;
 	type Recv = MoqRecv;
@@ -48,15 +55,8 @@ impl Transport for Connection {
 	}
 
 	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<(MoqSend, MoqRecv), TransportError>> {
-		self.poll_open(waiter, Dir::Bi).map(|r| {
-			r.map(|id| {
-				(
-					MoqSend(SendStream::new(self.clone(), id)),
-					MoqRecv(RecvStream::new(self.clone(), id)),
-				)
-			})
-			.map_err(map)
-		})
+		self.poll_open(waiter, Dir::Bi)
+			.map(|r| r.map(|id| self.moq_halves(id)).map_err(map))
 	}
 
 	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<MoqRecv, TransportError>> {
@@ -65,15 +65,8 @@ impl Transport for Connection {
 	}
 
 	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<(MoqSend, MoqRecv), TransportError>> {
-		self.poll_accept(waiter, Dir::Bi).map(|r| {
-			r.map(|id| {
-				(
-					MoqSend(SendStream::new(self.clone(), id)),
-					MoqRecv(RecvStream::new(self.clone(), id)),
-				)
-			})
-			.map_err(map)
-		})
+		self.poll_accept(waiter, Dir::Bi)
+			.map(|r| r.map(|id| self.moq_halves(id)).map_err(map))
 	}
 
 	fn send_datagram(&self, payload: Bytes) -> Result<(), TransportError> {

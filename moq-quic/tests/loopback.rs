@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use moq_quic::{Certificate, Config, ConnectionError, Endpoint, StreamError, Verification};
+use moq_quic::{Certificate, Config, Connection, ConnectionError, Endpoint, StreamError, Verification};
 
 const ALPN: &[u8] = b"test/1";
 
@@ -32,6 +32,17 @@ fn pair(cert: &Certificate, pin: [u8; 32]) -> (Endpoint, Endpoint) {
 	(server, client)
 }
 
+/// Endpoints on loopback and a connection between them, established: (server endpoint, client
+/// endpoint, the client's end, the server's end).
+async fn connected() -> (Endpoint, Endpoint, Connection, Connection) {
+	let cert = certificate();
+	let (server, client) = pair(&cert, cert.fingerprint());
+	let conn = client.connect(server.local_addr(), "localhost").unwrap();
+	conn.established().await.unwrap();
+	let accepted = server.accept().await.unwrap();
+	(server, client, conn, accepted)
+}
+
 /// A byte pattern that differs per stream and per offset, so a misplaced byte is caught.
 fn pattern(stream: usize, len: usize) -> Vec<u8> {
 	(0..len)
@@ -42,11 +53,7 @@ fn pattern(stream: usize, len: usize) -> Vec<u8> {
 #[test]
 fn handshake_with_a_pinned_fingerprint_negotiates_alpn() {
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (_server, _client, conn, accepted) = connected().await;
 		assert_eq!(conn.alpn().as_deref(), Some(ALPN));
 		assert_eq!(accepted.alpn().as_deref(), Some(ALPN));
 		assert_eq!(accepted.server_name().as_deref(), Some("localhost"));
@@ -111,11 +118,7 @@ fn bulk_transfer_both_ways_on_many_streams() {
 	const STREAMS: usize = 16;
 	const BYTES: usize = 256 * 1024;
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (_server, _client, conn, accepted) = connected().await;
 
 		// The server reads each stream to its end, checks every byte, and answers on the same
 		// stream with a pattern of its own.
@@ -175,11 +178,7 @@ fn pattern_with_tag(stream: usize, len: usize) -> Vec<u8> {
 #[test]
 fn datagrams_go_both_ways() {
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (_server, _client, conn, accepted) = connected().await;
 		assert!(conn.max_datagram_size().unwrap() >= 1000);
 		conn.send_datagram(Bytes::from_static(b"ping")).unwrap();
 		assert_eq!(accepted.recv_datagram().await.unwrap(), Bytes::from_static(b"ping"));
@@ -191,11 +190,7 @@ fn datagrams_go_both_ways() {
 #[test]
 fn a_close_code_reaches_the_peer() {
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (server, client, conn, accepted) = connected().await;
 		accepted.close(42, "bye");
 		match conn.closed().await {
 			ConnectionError::ApplicationClosed(close) => {
@@ -218,11 +213,7 @@ fn a_close_code_reaches_the_peer() {
 fn a_thousand_short_lived_uni_streams() {
 	const STREAMS: usize = 1000;
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (_server, _client, conn, accepted) = connected().await;
 		let reader = kio::spawn(async move {
 			let mut seen = vec![false; STREAMS];
 			for _ in 0..STREAMS {
@@ -252,11 +243,7 @@ fn a_thousand_short_lived_uni_streams() {
 #[test]
 fn the_server_opens_a_bidirectional_stream() {
 	runtime().block_on(async {
-		let cert = certificate();
-		let (server, client) = pair(&cert, cert.fingerprint());
-		let conn = client.connect(server.local_addr(), "localhost").unwrap();
-		conn.established().await.unwrap();
-		let accepted = server.accept().await.unwrap();
+		let (_server, _client, conn, accepted) = connected().await;
 		let (mut send, mut recv) = accepted.open_bi().await.unwrap();
 		send.write(Bytes::from_static(b"request")).await.unwrap();
 		let (mut reply, mut request) = conn.accept_bi().await.unwrap();

@@ -1,47 +1,56 @@
 //! Regressions found by review, each a scenario that once failed: a stop before accept, streams
 //! stuck on flow control starving others, and a dropped endpoint that never said goodbye. They run
 //! on the simulated network, on a paused clock.
-use std::net::SocketAddr;
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::runtime;
 use moq_quic::sim::{Network, SimConfig};
-use moq_quic::{Certificate, Config, Connection, ConnectionError, Endpoint, StreamError, VarInt, Verification};
+use moq_quic::{Connection, ConnectionError, Endpoint, RecvStream, SendStream, StreamError, VarInt};
 
-const ALPN: &[u8] = b"test/1";
-
-fn runtime() -> kio::Runtime {
-	kio::Builder::single()
-		.paused_clock(true)
-		.build()
-		.expect("a kio runtime")
-}
-fn server_addr() -> SocketAddr {
-	"10.0.0.1:4433".parse().unwrap()
-}
-fn client_addr() -> SocketAddr {
-	"10.0.0.2:5000".parse().unwrap()
+/// A connected pair whose server never reads two priority-10 streams the client filled past
+/// their 16 KiB stream windows.
+struct Stuck {
+	client: Connection,
+	server: Connection,
+	a: SendStream,
+	b: SendStream,
+	_unread: (RecvStream, RecvStream),
+	_endpoints: (Endpoint, Endpoint),
 }
 
-/// A connected pair; the server's streams get `window` bytes of stream receive window.
-async fn pair(network: &Network, window: Option<u32>) -> (Endpoint, Endpoint, Connection, Connection) {
-	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
-	let mut server_config = Config::new().with_server(&cert, &[ALPN]).unwrap();
-	if let Some(window) = window {
-		let mut t = moq_quic::transport();
-		t.stream_receive_window(VarInt::from_u32(window));
-		server_config.server.as_mut().unwrap().transport_config(Arc::new(t));
+async fn stuck(network: &Network) -> Stuck {
+	let mut transport = moq_quic::transport();
+	transport.stream_receive_window(VarInt::from_u32(16 * 1024));
+	let (server_endpoint, client_endpoint, client, server) = common::connected(network, 1, Some(transport)).await;
+	let mut a = client.open_uni().await.unwrap();
+	let mut b = client.open_uni().await.unwrap();
+	a.set_priority(10);
+	b.set_priority(10);
+	a.write(Bytes::from(vec![1u8; 32 * 1024])).await.unwrap();
+	b.write(Bytes::from(vec![2u8; 32 * 1024])).await.unwrap();
+	let unread = (server.accept_uni().await.unwrap(), server.accept_uni().await.unwrap());
+	kio::time::sleep(Duration::from_secs(1)).await;
+	Stuck {
+		client,
+		server,
+		a,
+		b,
+		_unread: unread,
+		_endpoints: (server_endpoint, client_endpoint),
 	}
-	let client_config = Config::new()
-		.with_client(&Verification::Fingerprints(vec![cert.fingerprint()]), &[ALPN])
-		.unwrap();
-	let se = Endpoint::simulated(network, server_addr(), server_config);
-	let ce = Endpoint::simulated(network, client_addr(), client_config);
-	let client = ce.connect(server_addr(), "localhost").unwrap();
-	client.established().await.unwrap();
-	let server = se.accept().await.unwrap();
-	(se, ce, client, server)
+}
+
+/// The server's next stream (C, 1,000 bytes) arrives whole within 500 ms.
+async fn assert_arrives_promptly(server: &Connection) {
+	let start = kio::time::now();
+	let mut rc = server.accept_uni().await.unwrap();
+	let got = rc.read_to_end(1 << 20).await.unwrap();
+	let took = kio::time::now() - start;
+	assert_eq!(got.len(), 1000);
+	assert!(took < Duration::from_millis(500), "C stalled for {took:?}");
 }
 
 /// Two high-priority streams the peer does not read (stream flow control exhausted) are
@@ -50,30 +59,15 @@ async fn pair(network: &Network, window: Option<u32>) -> (Endpoint, Endpoint, Co
 fn stream_blocked_streams_do_not_starve_others_one_shot() {
 	runtime().block_on(async {
 		let network = Network::new(SimConfig::default());
-		let (_se, _ce, client, server) = pair(&network, Some(16 * 1024)).await;
-		let mut a = client.open_uni().await.unwrap();
-		let mut b = client.open_uni().await.unwrap();
-		a.set_priority(10);
-		b.set_priority(10);
-		a.write(Bytes::from(vec![1u8; 32 * 1024])).await.unwrap();
-		b.write(Bytes::from(vec![2u8; 32 * 1024])).await.unwrap();
-		// The server accepts both and never reads them.
-		let _ra = server.accept_uni().await.unwrap();
-		let _rb = server.accept_uni().await.unwrap();
-		kio::time::sleep(Duration::from_secs(1)).await;
+		let mut stuck = stuck(&network).await;
 		// Same tick: A and B become ready again, C gets data.
-		a.write(Bytes::from_static(b"x")).await.unwrap();
-		b.write(Bytes::from_static(b"y")).await.unwrap();
-		let mut c = client.open_uni().await.unwrap();
+		stuck.a.write(Bytes::from_static(b"x")).await.unwrap();
+		stuck.b.write(Bytes::from_static(b"y")).await.unwrap();
+		let mut c = stuck.client.open_uni().await.unwrap();
 		c.set_priority(0);
 		c.write(Bytes::from(vec![3u8; 1000])).await.unwrap();
 		c.finish().unwrap();
-		let start = kio::time::now();
-		let mut rc = server.accept_uni().await.unwrap();
-		let got = rc.read_to_end(1 << 20).await.unwrap();
-		let took = kio::time::now() - start;
-		assert_eq!(got.len(), 1000);
-		assert!(took < Duration::from_millis(500), "C stalled for {took:?}");
+		assert_arrives_promptly(&stuck.server).await;
 	});
 }
 
@@ -82,16 +76,14 @@ fn stream_blocked_streams_do_not_starve_others_one_shot() {
 fn stream_blocked_streams_do_not_starve_others_continuous() {
 	runtime().block_on(async {
 		let network = Network::new(SimConfig::default());
-		let (_se, _ce, client, server) = pair(&network, Some(16 * 1024)).await;
-		let mut a = client.open_uni().await.unwrap();
-		let mut b = client.open_uni().await.unwrap();
-		a.set_priority(10);
-		b.set_priority(10);
-		a.write(Bytes::from(vec![1u8; 32 * 1024])).await.unwrap();
-		b.write(Bytes::from(vec![2u8; 32 * 1024])).await.unwrap();
-		let _ra = server.accept_uni().await.unwrap();
-		let _rb = server.accept_uni().await.unwrap();
-		kio::time::sleep(Duration::from_secs(1)).await;
+		let Stuck {
+			client,
+			server,
+			mut a,
+			mut b,
+			_unread,
+			_endpoints,
+		} = stuck(&network).await;
 		let mut c = client.open_uni().await.unwrap();
 		c.set_priority(0);
 		let writer = kio::spawn(async move {
@@ -106,13 +98,8 @@ fn stream_blocked_streams_do_not_starve_others_continuous() {
 		// C queued between two frames (its write runs in the same tick as nothing else).
 		c.write(Bytes::from(vec![3u8; 1000])).await.unwrap();
 		c.finish().unwrap();
-		let start = kio::time::now();
-		let mut rc = server.accept_uni().await.unwrap();
-		let got = rc.read_to_end(1 << 20).await.unwrap();
-		let took = kio::time::now() - start;
+		assert_arrives_promptly(&server).await;
 		writer.abort();
-		assert_eq!(got.len(), 1000);
-		assert!(took < Duration::from_millis(500), "C stalled for {took:?}");
 	});
 }
 
@@ -121,7 +108,7 @@ fn stream_blocked_streams_do_not_starve_others_continuous() {
 fn dropping_a_client_connection_with_its_endpoint_tells_the_server() {
 	runtime().block_on(async {
 		let network = Network::new(SimConfig::default());
-		let (_se, ce, client, server) = pair(&network, None).await;
+		let (_se, ce, client, server) = common::connected(&network, 1, None).await;
 		drop(ce);
 		let start = kio::time::now();
 		drop(client);
@@ -139,7 +126,7 @@ fn dropping_a_client_connection_with_its_endpoint_tells_the_server() {
 fn dropping_a_client_connection_alone_tells_the_server() {
 	runtime().block_on(async {
 		let network = Network::new(SimConfig::default());
-		let (_se, ce, client, server) = pair(&network, None).await;
+		let (_se, ce, client, server) = common::connected(&network, 1, None).await;
 		let start = kio::time::now();
 		drop(client);
 		let reason = server.closed().await;
@@ -155,7 +142,7 @@ fn dropping_a_client_connection_alone_tells_the_server() {
 fn a_stop_before_accept_reaches_the_send_half() {
 	runtime().block_on(async {
 		let network = Network::new(SimConfig::default());
-		let (_se, _ce, client, server) = pair(&network, None).await;
+		let (_se, _ce, client, server) = common::connected(&network, 1, None).await;
 		let (mut cs, mut cr) = client.open_bi().await.unwrap();
 		cs.write(Bytes::from_static(b"hello")).await.unwrap();
 		cr.stop(7);

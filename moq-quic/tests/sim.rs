@@ -7,35 +7,21 @@
 //! `kio::time::now()` in the loop turn that delivered the datagram. Every stream carries a pattern
 //! that differs per stream and offset, and every test checks every byte of what completed.
 
+mod common;
+
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::runtime;
 use kio::sync::{Consumer, Producer};
 use moq_quic::sim::{Network, SimConfig, SimStats};
-use moq_quic::{Certificate, Config, Connection, Endpoint, SendStream, StreamError, StreamId, Verification};
+use moq_quic::{Connection, Endpoint, SendStream, StreamError, StreamId};
 
-const ALPN: &[u8] = b"test/1";
 /// A stream's own buffer in the driver (`connection::STREAM_BUFFER`): a write of up to this much
 /// is taken at once, without suspending.
 const STREAM_BUFFER: usize = 256 * 1024;
-
-fn runtime() -> kio::Runtime {
-	kio::Builder::single()
-		.paused_clock(true)
-		.build()
-		.expect("a kio runtime")
-}
-
-fn server_addr() -> SocketAddr {
-	"10.0.0.1:4433".parse().unwrap()
-}
-
-fn client_addr() -> SocketAddr {
-	"10.0.0.2:5000".parse().unwrap()
-}
 
 fn pattern(stream: StreamId, len: usize) -> Vec<u8> {
 	let salt = stream.index() as usize;
@@ -52,13 +38,6 @@ fn assert_intact(stream: StreamId, got: &Result<Vec<u8>, StreamError>, len: usiz
 	if let Some(at) = got.iter().zip(pattern(stream, len)).position(|(a, b)| *a != b) {
 		panic!("stream {stream} damaged at offset {at}");
 	}
-}
-
-/// quinn-proto's RNG seed (connection ids) for one side of a simulation.
-fn quinn_seed(seed: u64, side: u8) -> [u8; 32] {
-	let mut bytes = [side; 32];
-	bytes[..8].copy_from_slice(&seed.to_le_bytes());
-	bytes
 }
 
 /// A connected pair on a fresh network.
@@ -93,21 +72,8 @@ impl Sim {
 
 async fn connect(sim: SimConfig, seed: u64) -> Sim {
 	let network = Network::new(sim);
-	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
-	let server_config = Config::new()
-		.with_server(&cert, &[ALPN])
-		.unwrap()
-		.with_seed(quinn_seed(seed, 1));
-	let client_config = Config::new()
-		.with_client(&Verification::Fingerprints(vec![cert.fingerprint()]), &[ALPN])
-		.unwrap()
-		.with_seed(quinn_seed(seed, 2));
-	let server_endpoint = Endpoint::simulated(&network, server_addr(), server_config);
-	let client_endpoint = Endpoint::simulated(&network, client_addr(), client_config);
 	let start = kio::time::now();
-	let client = client_endpoint.connect(server_addr(), "localhost").unwrap();
-	client.established().await.expect("the handshake completes");
-	let server = server_endpoint.accept().await.expect("the server accepts");
+	let (server_endpoint, _client_endpoint, client, server) = common::connected(&network, seed, None).await;
 	let handshake_lost = network.stats().lost;
 	Sim {
 		network,
