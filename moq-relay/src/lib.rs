@@ -6,4 +6,5 @@ pub mod client;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod race;
 pub mod server;

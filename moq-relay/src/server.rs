@@ -19,11 +19,9 @@
 //! most the configured deadline; then the runtime ends.
 
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
@@ -39,6 +37,7 @@ use crate::auth::Auth;
 use crate::config::{Config, Tls};
 use crate::http::{self, Routes};
 use crate::metrics::{Kind, Prom};
+use crate::race::{Either, race};
 
 /// How long a connection has to send its SETUP.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -338,27 +337,6 @@ impl Drop for Decrement<'_> {
 	fn drop(&mut self) {
 		self.0.fetch_sub(1, Ordering::Relaxed);
 	}
-}
-
-enum Either<A, B> {
-	Left(A),
-	Right(B),
-}
-
-/// The first of two futures to finish (the left one wins a tie).
-async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
-	let mut a = pin!(a);
-	let mut b = pin!(b);
-	std::future::poll_fn(|cx| {
-		if let Poll::Ready(out) = a.as_mut().poll(cx) {
-			return Poll::Ready(Either::Left(out));
-		}
-		if let Poll::Ready(out) = b.as_mut().poll(cx) {
-			return Poll::Ready(Either::Right(out));
-		}
-		Poll::Pending
-	})
-	.await
 }
 
 /// The Prometheus exposition.

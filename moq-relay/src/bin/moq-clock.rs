@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use moq_net::model::{Frame, Origin, Path, Subscription, Timestamp, TrackInfo};
 use moq_quic::Verification;
 use moq_relay::client::{self, Url};
+use moq_relay::race::{Either, race};
 
 /// An example moq-lite-05 client: publish a clock track, or subscribe and print it.
 #[derive(Parser, Debug)]
@@ -130,9 +131,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			sequence += 1;
 			// Wake on the next second, or end when the relay closes the session.
 			let next = Duration::from_secs(now.as_secs() + 1) - now;
-			let sleep = kio::time::sleep(next);
-			let closed = client.session.closed();
-			if let Some(code) = first(sleep, closed).await {
+			if let Either::Left(code) = race(client.session.closed(), kio::time::sleep(next)).await {
 				anyhow::bail!("the relay closed the session (code {code})");
 			}
 		}
@@ -181,17 +180,4 @@ async fn run(args: Args) -> anyhow::Result<()> {
 fn clock_text(secs: u64) -> String {
 	let day = secs % 86_400;
 	format!("{:02}:{:02}:{:02} UTC", day / 3600, day % 3600 / 60, day % 60)
-}
-
-/// `None` when `sleep` ends first, `Some(code)` when the session closes first.
-async fn first(sleep: impl Future<Output = ()>, closed: impl Future<Output = u64>) -> Option<u64> {
-	let mut sleep = std::pin::pin!(sleep);
-	let mut closed = std::pin::pin!(closed);
-	std::future::poll_fn(|cx| {
-		if let std::task::Poll::Ready(code) = closed.as_mut().poll(cx) {
-			return std::task::Poll::Ready(Some(code));
-		}
-		sleep.as_mut().poll(cx).map(|()| None)
-	})
-	.await
 }

@@ -3,17 +3,17 @@
 #![allow(dead_code)] // Each test crate uses a different subset.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use moq_net::model::{
-	BroadcastConsumer, BroadcastProducer, Frame, Origin, Path, Publication, Subscription, Timestamp, TrackConsumer,
-	TrackInfo, TrackProducer,
+	BroadcastConsumer, BroadcastProducer, Frame, Origin, OriginConsumer, OriginProducer, Path, Publication,
+	Subscription, Timestamp, TrackConsumer, TrackInfo, TrackProducer,
 };
 use moq_quic::{Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
 use moq_relay::config::{Config, Tls};
+use moq_relay::race::{Either, race};
 use moq_relay::server::{self, Bound, Shutdown};
 
 /// A relay running on threads of its own; shut down and joined on drop.
@@ -90,37 +90,38 @@ pub(crate) fn endpoint(relay: &Relay) -> Endpoint {
 	client::endpoint(relay.bound.quic).unwrap()
 }
 
-/// Connects a publisher of `origin`'s broadcasts.
+/// Connects a client publishing `origin`'s broadcasts.
 pub(crate) async fn publisher(
 	relay: &Relay,
 	endpoint: &Endpoint,
 	path: &str,
 	origin: &Origin,
 ) -> anyhow::Result<Client> {
-	let addr: SocketAddr = relay.bound.quic;
-	client::connect(
-		endpoint,
-		addr,
-		&relay.url(path),
-		&relay.verification(),
-		origin.id(),
-		Some(origin.consumer()),
-		None,
-	)
-	.await
+	connect(relay, endpoint, path, origin.id(), Some(origin.consumer()), None).await
 }
 
 /// Connects a viewer mirroring the relay's announcements into `origin`.
 pub(crate) async fn viewer(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
-	let addr: SocketAddr = relay.bound.quic;
+	connect(relay, endpoint, path, origin.id(), None, Some(origin.producer())).await
+}
+
+async fn connect(
+	relay: &Relay,
+	endpoint: &Endpoint,
+	path: &str,
+	id: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> anyhow::Result<Client> {
+	let url = relay.url(path);
 	client::connect(
 		endpoint,
-		addr,
-		&relay.url(path),
+		relay.bound.quic,
+		&url,
 		&relay.verification(),
-		origin.id(),
-		None,
-		Some(origin.producer()),
+		id,
+		publish,
+		subscribe,
 	)
 	.await
 }
@@ -186,16 +187,8 @@ pub(crate) fn runtime() -> kio::Runtime {
 
 /// `future`'s output, or a panic naming `what` after `limit`: a bound, not a synchronisation.
 pub(crate) async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-	let mut future = std::pin::pin!(future);
-	let mut deadline = std::pin::pin!(kio::time::sleep(limit));
-	std::future::poll_fn(|cx| {
-		if let std::task::Poll::Ready(out) = future.as_mut().poll(cx) {
-			return std::task::Poll::Ready(out);
-		}
-		if deadline.as_mut().poll(cx).is_ready() {
-			panic!("{what}: nothing after {limit:?}");
-		}
-		std::task::Poll::Pending
-	})
-	.await
+	match race(future, kio::time::sleep(limit)).await {
+		Either::Left(out) => out,
+		Either::Right(()) => panic!("{what}: nothing after {limit:?}"),
+	}
 }
