@@ -49,6 +49,24 @@ impl Source {
 			Self::TaskClock => "task-clock",
 		}
 	}
+
+	/// The source called `name` (as [`Self::name`] writes it), for a `--source` flag.
+	pub fn parse(name: &str) -> Result<Self, String> {
+		[Self::PerfInstructions, Self::Callgrind, Self::TaskClock]
+			.into_iter()
+			.find(|source| source.name() == name)
+			.ok_or_else(|| format!("unknown source {name:?}"))
+	}
+}
+
+/// A comma-separated list of numbers (`--sizes 16,256`); `what` names an item in errors.
+pub fn parse_list<T: std::str::FromStr>(text: &str, what: &str) -> Result<Vec<T>, String>
+where
+	T::Err: std::fmt::Display,
+{
+	text.split(',')
+		.map(|s| s.trim().parse().map_err(|e| format!("bad {what} {s:?}: {e}")))
+		.collect()
 }
 
 /// Marks the measured region of a workload.

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bench::counter::{self, NoMeter, Source};
+use bench::counter::{self, NoMeter, Source, parse_list};
 use bench::fanout;
 use bench::report::{self, Point};
 
@@ -43,20 +43,12 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 		match arg.as_str() {
 			"model" | "session" => parsed.harness = arg,
 			"--subscribers" => {
-				parsed.subscribers = value("--subscribers")?
-					.split(',')
-					.map(|s| s.trim().parse().map_err(|e| format!("bad subscriber count {s:?}: {e}")))
-					.collect::<Result<_, _>>()?;
+				parsed.subscribers = parse_list(&value("--subscribers")?, "subscriber count")?;
 			}
 			"--runs" => parsed.runs = value("--runs")?.parse().map_err(|e| format!("--runs: {e}"))?,
 			"--cycles" => parsed.cycles = Some(value("--cycles")?.parse().map_err(|e| format!("--cycles: {e}"))?),
 			"--source" => {
-				parsed.source = Some(match value("--source")?.as_str() {
-					"perf" => Source::PerfInstructions,
-					"callgrind" => Source::Callgrind,
-					"task-clock" => Source::TaskClock,
-					other => return Err(format!("unknown source {other:?}")),
-				});
+				parsed.source = Some(Source::parse(&value("--source")?)?);
 			}
 			"--save" => parsed.save = true,
 			"--json" => parsed.json = Some(PathBuf::from(value("--json")?)),

@@ -48,7 +48,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bench::counter::{self, Meter, NoMeter, Source};
+use bench::counter::{self, Meter, NoMeter, Source, parse_list};
 use bench::report;
 use moq_quic::scheduler::{After, GroupId, Scheduler, StreamSlot};
 
@@ -464,27 +464,16 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 		let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
 		match arg.as_str() {
 			"--sizes" => {
-				parsed.sizes = value("--sizes")?
-					.split(',')
-					.map(|s| s.trim().parse().map_err(|e| format!("bad size {s:?}: {e}")))
-					.collect::<Result<_, _>>()?;
+				parsed.sizes = parse_list(&value("--sizes")?, "size")?;
 			}
 			"--levels" => {
-				parsed.levels = value("--levels")?
-					.split(',')
-					.map(|s| s.trim().parse().map_err(|e| format!("bad level count {s:?}: {e}")))
-					.collect::<Result<_, _>>()?;
+				parsed.levels = parse_list(&value("--levels")?, "level count")?;
 			}
 			"--ops" => parsed.ops = value("--ops")?.parse().map_err(|e| format!("--ops: {e}"))?,
 			"--runs" => parsed.runs = Some(value("--runs")?.parse().map_err(|e| format!("--runs: {e}"))?),
 			"--cycles" => parsed.cycles = Some(value("--cycles")?.parse().map_err(|e| format!("--cycles: {e}"))?),
 			"--source" => {
-				parsed.source = Some(match value("--source")?.as_str() {
-					"perf" => Source::PerfInstructions,
-					"callgrind" => Source::Callgrind,
-					"task-clock" => Source::TaskClock,
-					other => return Err(format!("unknown source {other:?}")),
-				});
+				parsed.source = Some(Source::parse(&value("--source")?)?);
 			}
 			"--save" => parsed.save = true,
 			"--child" => {
