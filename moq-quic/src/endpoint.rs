@@ -230,7 +230,11 @@ impl Endpoint {
 
 	/// Counters.
 	pub fn stats(&self) -> EndpointStats {
-		self.0.shared.state.borrow().stats
+		let state = self.0.shared.state.borrow();
+		EndpointStats {
+			open: state.conns.len() as u64,
+			..state.stats
+		}
 	}
 
 	/// The socket's counters, for a UDP endpoint.
@@ -355,10 +359,7 @@ fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_prot
 		}
 	};
 	let conn = ConnShared::new(handle, Rc::downgrade(shared), conn, gso.max(1));
-	let mut state = shared.state.borrow_mut();
-	state.conns.insert(handle, conn.clone());
-	state.stats.open = state.conns.len() as u64;
-	drop(state);
+	shared.state.borrow_mut().conns.insert(handle, conn.clone());
 	let driver = kio::spawn(connection::drive(conn.clone()));
 	shared.drivers.borrow_mut().insert(handle, driver);
 	conn
@@ -409,7 +410,6 @@ impl EndpointShared {
 	pub(crate) fn forget(&self, handle: ConnectionHandle) {
 		let mut state = self.state.borrow_mut();
 		state.conns.remove(&handle);
-		state.stats.open = state.conns.len() as u64;
 		if state.conns.is_empty() {
 			state.drain_waiters.wake();
 		}

@@ -55,7 +55,6 @@ struct Shared {
 	connections: AtomicU64,
 	connections_open: AtomicU64,
 	sessions: AtomicU64,
-	sessions_open: AtomicU64,
 	/// Sessions open on each worker.
 	worker_sessions: Vec<AtomicU64>,
 	refused: AtomicU64,
@@ -144,7 +143,6 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		connections: AtomicU64::new(0),
 		connections_open: AtomicU64::new(0),
 		sessions: AtomicU64::new(0),
-		sessions_open: AtomicU64::new(0),
 		worker_sessions: (0..config.workers).map(|_| AtomicU64::new(0)).collect(),
 		refused: AtomicU64::new(0),
 		max_connections: config.max_connections,
@@ -307,8 +305,6 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
 	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
-	shared.sessions_open.fetch_add(1, Ordering::Relaxed);
-	let _session_open = Decrement(&shared.sessions_open);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let _worker_session = Decrement(&shared.worker_sessions[worker]);
 	info!(%remote, root = %root, publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
@@ -361,7 +357,7 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_sessions",
 		"moq-lite sessions open.",
-		load(&shared.sessions_open),
+		shared.worker_sessions.iter().map(load).sum::<u64>(),
 	)
 	.counter(
 		"moq_relay_refused_total",
