@@ -350,15 +350,22 @@ impl OriginConsumer {
 		&self.view.allowed
 	}
 
-	/// The broadcast announced at `path`, if any.
-	pub fn get_broadcast(&self, path: &Path) -> Option<BroadcastConsumer> {
-		let path = self.view.absolute(path).ok()?;
+	/// The broadcast announced at `path`: [`Error::Unauthorized`] outside this view's scope,
+	/// [`Error::NotFound`] where nothing is announced.
+	pub fn broadcast(&self, path: &Path) -> Result<BroadcastConsumer, Error> {
+		let path = self.view.absolute(path)?;
 		self.view
 			.state
 			.lock()
 			.broadcasts
 			.get(&path)
 			.map(|announced| announced.broadcast.clone())
+			.ok_or(Error::NotFound)
+	}
+
+	/// The broadcast announced at `path`, if any (and in scope).
+	pub fn get_broadcast(&self, path: &Path) -> Option<BroadcastConsumer> {
+		self.broadcast(path).ok()
 	}
 
 	/// An announcement cursor for `prefix` (relative to the root): the current set, then live

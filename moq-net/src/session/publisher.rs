@@ -153,12 +153,7 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 /// The broadcast at `path`: Unauthorized (6) outside what this session may subscribe to,
 /// NotFound (13) where nothing is announced.
 fn broadcast(origin: &OriginConsumer, path: &Path) -> Result<BroadcastConsumer, SessionError> {
-	if !origin.allowed().iter().any(|allowed| path.has_prefix(allowed)) {
-		return Err(SessionError::Model(model::Error::Unauthorized));
-	}
-	origin
-		.get_broadcast(path)
-		.ok_or(SessionError::Model(model::Error::NotFound))
+	origin.broadcast(path).map_err(SessionError::Model)
 }
 
 /// A cursor on track `name` of the broadcast at `path`, and its info once known (an on-demand
