@@ -254,30 +254,49 @@ fn pool_pressure_evicts_the_stalest_groups_of_the_track_that_writes() {
 		publish(&a, 1);
 		assert_eq!(pool.used(), 3 * 264);
 		kio::time::advance(Duration::from_millis(10));
-		publish(&a, 2); // 4 groups charged: over
-		assert!(pool.is_over());
-		kio::time::advance(Duration::from_millis(10));
 		let mut early = a_view.clone();
 		early.start_at(0);
 		let mut a0 = early.recv_group().await.unwrap().unwrap();
-		publish(&a, 3); // a pays first: its stalest non-latest group goes, then 3 is inserted
+		publish(&a, 2); // the pool is full: a pays first, its stalest non-latest group goes
 		assert_eq!(
 			b_view.cached_sequences(),
 			vec![0],
 			"the track that did not write kept its group"
 		);
-		assert_eq!(a_view.cached_sequences(), vec![1, 2, 3]);
-		assert_eq!(
-			pool.used(),
-			4 * 264,
-			"one group over budget at most, paid at the next write"
-		);
-		publish(&a, 4);
-		assert_eq!(a_view.cached_sequences(), vec![2, 3, 4]);
+		assert_eq!(a_view.cached_sequences(), vec![1, 2]);
+		assert_eq!(pool.used(), 3 * 264, "never over budget: room is made before the charge");
+		publish(&a, 3);
+		assert_eq!(a_view.cached_sequences(), vec![2, 3]);
 		assert_eq!(b_view.cached_sequences(), vec![0]);
+		assert!(!pool.is_over());
 		// A finished group that was evicted stays readable by whoever already holds it.
 		assert_eq!(a0.read_frame().await.unwrap().unwrap(), frame(0));
 	});
+}
+
+#[test]
+fn latest_groups_of_many_tracks_never_exceed_the_pool() {
+	// Before, every track's latest group was kept whatever the pool said: a thousand tracks with
+	// one group each held a thousand groups against a budget of three.
+	let pool = Pool::new(3 * 264);
+	let tracks: Vec<TrackProducer> = (0..1000)
+		.map(|i| TrackProducer::with_pool(&format!("t{i}"), TrackInfo::default(), pool.clone()))
+		.collect();
+	let mut refused = 0;
+	for track in &tracks {
+		let mut group = track.create_group(0).unwrap();
+		match group.write_frame(frame(0)) {
+			Ok(()) => group.finish().unwrap(),
+			Err(err) => {
+				assert_eq!(err, Error::Evicted);
+				refused += 1;
+			}
+		}
+		assert!(pool.used() <= pool.capacity());
+	}
+	assert_eq!(refused, 997, "three latest groups fit; the rest are refused, not kept");
+	drop(tracks);
+	assert_eq!(pool.used(), 0);
 }
 
 #[test]
@@ -306,8 +325,8 @@ fn demand_aggregates_and_notifies_changes() {
 		let total = track.subscription_changed(&mut seen).await.unwrap();
 		assert_eq!(
 			(total.priority, total.start, total.end),
-			(2, Some(10), None),
-			"an open end wins"
+			(2, None, None),
+			"an open end wins, and so does the latest over a start the track has not reached"
 		);
 		drop(b);
 		assert_eq!(
@@ -454,12 +473,13 @@ fn replacing_a_path_announces_the_old_going_and_the_new_coming() {
 	let producer = origin.producer();
 	let mut cursor = origin.consumer().announced(&Path::default());
 	let (_a, pa) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
+	assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), true)]);
 	let (_b, _pb) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
 	assert_eq!(
 		paths(&ready(&mut cursor)),
-		vec![("x".into(), true), ("x".into(), false), ("x".into(), true)]
+		vec![("x".into(), false), ("x".into(), true)]
 	);
-	drop(pa); // the replaced publication no longer owns the path
+	drop(pa); // the replaced publication is a backup: its end changes nothing announced
 	assert_eq!(paths(&ready(&mut cursor)), vec![]);
 }
 
@@ -518,4 +538,148 @@ fn a_consumer_on_another_worker_is_woken_by_a_producer_on_this_one() {
 	});
 	// The remote cursor started at the latest group when it was created, before any group.
 	assert_eq!(seen, (0..200).map(|seq| (seq, seq)).collect::<Vec<_>>());
+}
+
+// --- hostile demand and ownership (each failed before its fix) ----------------------------------
+
+#[test]
+fn a_future_start_never_hides_the_latest_and_leaves_nothing_when_withdrawn() {
+	// Before, an absent start was "no opinion": one subscriber asking for group 10^9 made the
+	// aggregate start there for everyone, and the publisher side served nobody anything.
+	let track = track();
+	publish(&track, 0);
+	publish(&track, 1);
+	let viewer = track.subscribe(Subscription::default());
+	assert_eq!(track.subscription().unwrap().start, None);
+	let attacker = track.subscribe(Subscription {
+		start: Some(1_000_000_000),
+		..Subscription::default()
+	});
+	assert_eq!(track.subscription().unwrap().start, None, "the viewer still wants the latest");
+	let history = track.subscribe(Subscription {
+		start: Some(0),
+		..Subscription::default()
+	});
+	assert_eq!(track.subscription().unwrap().start, Some(0), "history the latest does not cover");
+	drop(history);
+	drop(viewer);
+	assert_eq!(
+		track.subscription().unwrap().start,
+		Some(1_000_000_000),
+		"alone, the attacker gets what it asked for"
+	);
+	drop(attacker);
+	assert_eq!(track.subscription(), None);
+	let late = track.subscribe(Subscription::default());
+	assert_eq!(track.subscription().unwrap().start, None, "nothing was left behind");
+	drop(late);
+}
+
+#[test]
+fn clearing_a_future_start_goes_back_to_the_latest_group() {
+	let track = track();
+	publish(&track, 0);
+	publish(&track, 1);
+	let mut cursor = track.consume();
+	cursor.start_at(1_000_000);
+	assert_eq!(drain(&mut cursor, false), Vec::<u64>::new());
+	publish(&track, 2);
+	assert_eq!(drain(&mut cursor, false), Vec::<u64>::new(), "below the floor");
+	cursor.clear_start();
+	assert_eq!(drain(&mut cursor, false), vec![2], "the latest group, once");
+	publish(&track, 3);
+	assert_eq!(drain(&mut cursor, false), vec![3]);
+	cursor.clear_start();
+	assert_eq!(drain(&mut cursor, false), Vec::<u64>::new(), "no floor: nothing again");
+}
+
+#[test]
+fn a_second_publisher_takes_over_and_the_first_is_restored_when_it_leaves() {
+	// Before, the second publication replaced the first for good: when it left, the path was
+	// empty though the first publisher was still publishing.
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let consumer = origin.consumer();
+	let mut cursor = consumer.announced(&Path::default());
+	let (first, first_pub) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
+	let (second, second_pub) = producer.create_broadcast(&Path::new("x"), Route::default()).unwrap();
+	assert!(consumer.broadcast(&Path::new("x")).unwrap().same(&second.consume()));
+	assert_eq!(origin.broadcasts(), 1);
+	assert_eq!(origin.backups(), 1);
+	ready(&mut cursor);
+	drop(second_pub);
+	let updates = ready(&mut cursor);
+	assert_eq!(paths(&updates), vec![("x".into(), false), ("x".into(), true)]);
+	assert!(updates[1].broadcast.as_ref().unwrap().same(&first.consume()));
+	assert!(consumer.broadcast(&Path::new("x")).unwrap().same(&first.consume()));
+	assert_eq!((origin.broadcasts(), origin.backups()), (1, 0));
+	drop(first_pub);
+	assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), false)]);
+	assert_eq!(origin.broadcasts(), 0);
+	drop((first, second));
+}
+
+#[test]
+fn a_path_too_deep_under_its_root_is_refused_where_it_is_made() {
+	// Before, a legal 32-segment suffix under `demo` was accepted and became a 33-segment path
+	// that failed to encode for every watcher rooted at `/`, resetting their whole ANNOUNCE stream.
+	let origin = Origin::new(1);
+	let mut root_watcher = origin.consumer().announced(&Path::default());
+	let demo = origin.producer().with_root(&Path::new("demo"));
+	let deep = Path::new(&vec!["s"; 32].join("/"));
+	assert_eq!(deep.segments(), 32);
+	let err = demo.create_broadcast(&deep, Route::default()).unwrap_err();
+	assert_eq!(err, Error::BoundsExceeded);
+	let long = Path::new(&"x".repeat(1020));
+	assert_eq!(demo.create_broadcast(&long, Route::default()).unwrap_err(), Error::BoundsExceeded);
+	let (_ok, _pub) = demo
+		.create_broadcast(&Path::new(&vec!["s"; 31].join("/")), Route::default())
+		.unwrap();
+	let updates = ready(&mut root_watcher);
+	assert_eq!(updates.len(), 1);
+	assert!(updates[0].path.fits());
+}
+
+#[test]
+fn a_stalled_watcher_holds_one_update_per_path_however_often_it_flaps() {
+	// Before, each announcement appended to every watcher's queue: a watcher that stopped reading
+	// while a publisher flapped one path held every flap.
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let (_kept, _kept_pub) = producer.create_broadcast(&Path::new("seen"), Route::default()).unwrap();
+	let mut stalled = origin.consumer().announced(&Path::default());
+	assert_eq!(stalled.queued(), 1);
+	assert_eq!(paths(&ready(&mut stalled)), vec![("seen".into(), true)]);
+	for _ in 0..10_000 {
+		let (_b, publication) = producer.create_broadcast(&Path::new("flap"), Route::default()).unwrap();
+		drop(publication);
+		let (_c, replaced) = producer.create_broadcast(&Path::new("seen"), Route::default()).unwrap();
+		drop(replaced);
+	}
+	// `flap` came and went unseen: nothing; `seen` was replaced and restored: gone, then back.
+	assert_eq!(stalled.queued(), 2);
+	let updates = ready(&mut stalled);
+	assert_eq!(paths(&updates), vec![("seen".into(), false), ("seen".into(), true)]);
+}
+
+#[test]
+fn a_cursor_capped_below_the_live_edge_holds_sequences_not_groups_and_few_of_them() {
+	// Before, a cursor whose end cap stayed below the live edge held a consumer of every group
+	// above it, keeping evicted groups' memory alive outside the pool, without limit.
+	let pool = Pool::new(16 * 264);
+	let track = TrackProducer::with_pool("video", TrackInfo::default(), pool.clone());
+	let mut capped = track.consume();
+	capped.end_at(Some(0));
+	publish(&track, 0);
+	assert_eq!(drain(&mut capped, false), vec![0]);
+	for seq in 1..2_000 {
+		publish(&track, seq);
+		assert_eq!(drain(&mut capped, false), Vec::<u64>::new());
+	}
+	assert!(pool.used() <= pool.capacity());
+	capped.end_at(None);
+	let offered = drain(&mut capped, false);
+	assert!(!offered.is_empty() && offered.len() <= 16, "only groups still cached: {offered:?}");
+	assert!(offered.windows(2).all(|w| w[0] < w[1]));
+	assert_eq!(*offered.last().unwrap(), 1_999);
 }

@@ -68,11 +68,7 @@ pub const VARINT_MAX: u64 = (1 << 62) - 1;
 /// The longest string or byte string, in bytes (see the module's caps).
 pub const MAX_STRING_LEN: usize = 4096;
 
-/// The longest broadcast path, in bytes, as sent on the wire.
-pub const MAX_PATH_LEN: usize = 1024;
-
-/// The most segments a broadcast path may have (spec §2.2).
-pub const MAX_PATH_SEGMENTS: usize = 32;
+pub use crate::model::path::{MAX_PATH_LEN, MAX_PATH_SEGMENTS};
 
 /// Why bytes did not decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -385,12 +381,7 @@ impl Encode for str {
 
 /// The number of segments in `path` (0 for the root).
 pub fn path_segments(path: &Path) -> usize {
-	let text = path.as_str();
-	if text.is_empty() {
-		0
-	} else {
-		text.bytes().filter(|&b| b == b'/').count() + 1
-	}
+	path.segments()
 }
 
 /// Checks that `path` fits the wire: at most [`MAX_PATH_LEN`] bytes and [`MAX_PATH_SEGMENTS`]
@@ -399,7 +390,7 @@ pub fn check_path(path: &Path) -> Result<(), EncodeError> {
 	if path.as_str().len() > MAX_PATH_LEN {
 		return Err(EncodeError::BoundsExceeded);
 	}
-	if path_segments(path) > MAX_PATH_SEGMENTS {
+	if path.segments() > MAX_PATH_SEGMENTS {
 		return Err(EncodeError::PathTooDeep);
 	}
 	Ok(())

@@ -91,6 +91,21 @@ impl BroadcastProducer {
 		Ok(track)
 	}
 
+	/// Forgets `track` if it is the one recorded under its name (a requested track whose handler
+	/// is done with it), so a name asked for once is not kept for the broadcast's life.
+	pub fn remove_track(&self, track: &TrackProducer) {
+		let name = track.name();
+		let mut state = self.state.lock();
+		if state.tracks.get(&name).is_some_and(|kept| kept.ptr_eq(track.state())) {
+			state.tracks.remove(&name);
+		}
+	}
+
+	/// The number of tracks recorded (for tests and metrics).
+	pub fn tracks(&self) -> usize {
+		self.state.lock().tracks.len()
+	}
+
 	/// Requested tracks created from now on charge `pool` (a relay's shared cache budget).
 	pub fn set_pool(&self, pool: Pool) {
 		self.state.lock().pool = Some(pool);

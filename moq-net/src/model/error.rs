@@ -26,6 +26,9 @@ pub enum Error {
 	TooLarge,
 	/// A sequence at or beyond the track's final sequence, or a final below what exists.
 	Finished,
+	/// A limit was reached: a budget is spent, or a path joined under a root is longer or deeper
+	/// than a path may be.
+	BoundsExceeded,
 	/// Aborted with an application code (a wire reset code, for example).
 	Aborted(u64),
 }
@@ -43,6 +46,7 @@ impl fmt::Display for Error {
 			Self::Unauthorized => f.write_str("unauthorized"),
 			Self::TooLarge => f.write_str("frame too large"),
 			Self::Finished => f.write_str("track finished"),
+			Self::BoundsExceeded => f.write_str("a limit was reached"),
 			Self::Aborted(code) => write!(f, "aborted with code {code}"),
 		}
 	}

@@ -4,6 +4,15 @@
 //! (never the newest), and a reader that had not read them yet gets [`Error::Lagged`] once and
 //! continues from the oldest frame still kept. One waiter list (`on_frame`) is drained by every
 //! write, by finish and by abort.
+//!
+//! # Accounting
+//!
+//! Every frame costs its payload plus [`ENTRY_OVERHEAD`], for the group's byte cap and for the
+//! pool alike, so a flood of empty frames fills the cap like a flood of bytes does. A frame shed
+//! by the cap gives its charge back to the pool at once. A pool that cannot take a frame (it is at
+//! its capacity, or a parent pool is) refuses it: the write fails with [`Error::Evicted`] and the
+//! group ends with that error, so what the cache holds never exceeds its budget by more than one
+//! frame's bookkeeping.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -13,6 +22,7 @@ use kio::sync::Lock;
 use kio::{Waiter, WaiterList, Wakes};
 
 use super::pool::ENTRY_OVERHEAD;
+use super::track::{TrackState, relieve_for};
 use super::{Error, Frame, Pool};
 
 /// The default byte cap of one group, which is also the largest frame a group takes.
@@ -62,6 +72,8 @@ pub struct GroupProducer {
 	sequence: u64,
 	state: GroupRef,
 	done: bool,
+	/// The track that created it, which makes room in the pool when it is full.
+	pub(crate) track: Option<Lock<TrackState>>,
 }
 
 impl GroupProducer {
@@ -86,6 +98,7 @@ impl GroupProducer {
 			sequence,
 			state,
 			done: false,
+			track: None,
 		}
 	}
 
@@ -98,29 +111,69 @@ impl GroupProducer {
 		self.sequence
 	}
 
-	/// Appends a frame. Frames over the byte cap are refused with [`Error::TooLarge`]; frames
-	/// that push the group over its cap drop the oldest frames.
+	/// Appends a frame. A frame whose cost (payload plus [`ENTRY_OVERHEAD`]) is over the byte cap
+	/// is refused with [`Error::TooLarge`]; frames that push the group over its cap drop the
+	/// oldest frames. A frame the pool cannot take ends the group with [`Error::Evicted`].
 	pub fn write_frame(&mut self, frame: Frame) -> Result<(), Error> {
-		let wakes = {
-			let mut state = self.state.lock();
+		let cost = frame_cost(&frame);
+		let pool = {
+			let state = self.state.lock();
 			if let Some(end) = &state.end {
 				return Err(end.clone().err().unwrap_or(Error::Finished));
 			}
-			let len = frame.payload.len();
-			if len > state.cap {
+			if cost > state.cap as u64 {
 				return Err(Error::TooLarge);
 			}
-			state.bytes += len;
+			state.pool.clone()
+		};
+		// Charged before the group's lock is taken again: making room locks the track, and the
+		// track locks groups under its own lock.
+		if let Some(pool) = &pool
+			&& !pool.try_charge(cost)
+		{
+			if let Some(track) = &self.track {
+				relieve_for(track, self.sequence, cost);
+			}
+			if !pool.try_charge(cost) {
+				self.done = true;
+				let wakes = {
+					let mut state = self.state.lock();
+					state.release_pool();
+					state.ended(Err(Error::Evicted))
+				};
+				drop(wakes);
+				return Err(Error::Evicted);
+			}
+		}
+		let wakes = {
+			let mut state = self.state.lock();
+			if let Some(end) = &state.end {
+				// Evicted meanwhile: the charge goes back.
+				if let Some(pool) = &pool {
+					pool.release(cost);
+				}
+				return Err(end.clone().err().unwrap_or(Error::Finished));
+			}
+			match &state.pool {
+				Some(_) => state.charged += cost,
+				// Released by an eviction between the charge and now.
+				None => {
+					if let Some(pool) = &pool {
+						pool.release(cost);
+					}
+				}
+			}
+			state.bytes += cost as usize;
 			state.frames.push_back(frame);
 			while state.bytes > state.cap && state.frames.len() > 1 {
 				let oldest = state.frames.pop_front().expect("more than one frame");
-				state.bytes -= oldest.payload.len();
+				let shed = frame_cost(&oldest);
+				state.bytes -= shed as usize;
 				state.dropped += 1;
-			}
-			let charge = len as u64 + ENTRY_OVERHEAD;
-			if let Some(pool) = &state.pool {
-				pool.charge(charge);
-				state.charged += charge;
+				if let Some(pool) = &state.pool {
+					pool.release(shed);
+					state.charged -= shed;
+				}
 			}
 			state.on_frame.take()
 		};
@@ -171,6 +224,11 @@ impl fmt::Debug for GroupProducer {
 			.field("sequence", &self.sequence)
 			.finish()
 	}
+}
+
+/// What a frame costs the group's cap and the pool: its payload plus [`ENTRY_OVERHEAD`].
+fn frame_cost(frame: &Frame) -> u64 {
+	frame.payload.len() as u64 + ENTRY_OVERHEAD
 }
 
 /// Aborts a group from the track's side (eviction), whoever holds its producer.
@@ -295,13 +353,15 @@ mod tests {
 	#[test]
 	fn a_byte_cap_drops_the_oldest_frames_and_a_reader_that_wanted_them_lags() {
 		kio::block_on(async {
-			let mut group = GroupProducer::with(0, 100, None);
+			// Room for two frames of 40 bytes and their bookkeeping, not three.
+			let cap = 3 * (40 + ENTRY_OVERHEAD as usize) - 1;
+			let mut group = GroupProducer::with(0, cap, None);
 			let mut slow = group.consume();
 			let mut fast = group.consume();
 			group.write_frame(frame(1, 40)).unwrap();
 			assert_eq!(fast.read_frame().await.unwrap().unwrap().payload[0], 1);
 			group.write_frame(frame(2, 40)).unwrap();
-			group.write_frame(frame(3, 40)).unwrap(); // 120 > 100: frame 1 is dropped
+			group.write_frame(frame(3, 40)).unwrap(); // over the cap: frame 1 is dropped
 			assert_eq!(
 				fast.read_frame().await.unwrap().unwrap().payload[0],
 				2,
@@ -309,7 +369,42 @@ mod tests {
 			);
 			assert_eq!(slow.read_frame().await, Err(Error::Lagged));
 			assert_eq!(slow.read_frame().await.unwrap().unwrap().payload[0], 2);
-			assert_eq!(group.write_frame(frame(4, 101)), Err(Error::TooLarge));
+			assert_eq!(group.write_frame(frame(4, cap)), Err(Error::TooLarge));
+		});
+	}
+
+	#[test]
+	fn empty_frames_count_against_the_cap_and_the_pool() {
+		// Before, an empty frame cost the cap nothing: a group of a million of them stayed under
+		// any cap while holding a million entries.
+		let pool = Pool::new(1 << 20);
+		let cap = 10 * ENTRY_OVERHEAD as usize;
+		let mut group = GroupProducer::with(0, cap, Some(pool.clone()));
+		let reader = group.consume();
+		for i in 0..1000u16 {
+			group.write_frame(frame(i as u8, 0)).unwrap();
+		}
+		let state = reader.state.lock();
+		assert_eq!(state.frames.len(), 10, "the cap holds ten empty frames");
+		assert_eq!(state.dropped, 990);
+		drop(state);
+		assert_eq!(pool.used(), 10 * ENTRY_OVERHEAD, "shed frames gave their charge back");
+	}
+
+	#[test]
+	fn a_full_pool_refuses_the_frame_and_ends_the_group() {
+		let pool = Pool::new(3 * (100 + ENTRY_OVERHEAD));
+		let mut group = GroupProducer::with(0, MAX_GROUP_BYTES, Some(pool.clone()));
+		let mut reader = group.consume();
+		for byte in 0..3 {
+			group.write_frame(frame(byte, 100)).unwrap();
+		}
+		assert_eq!(group.write_frame(frame(3, 100)), Err(Error::Evicted));
+		assert_eq!(pool.used(), 0, "the ended group gave its charge back");
+		kio::block_on(async {
+			assert_eq!(reader.read_frame().await.unwrap().unwrap().payload[0], 0);
+			while let Ok(Some(_)) = reader.read_frame().await {}
+			assert_eq!(reader.finished().await, Err(Error::Evicted));
 		});
 	}
 

@@ -18,7 +18,7 @@ mod error;
 pub mod frame;
 pub mod group;
 pub mod origin;
-mod path;
+pub mod path;
 pub mod pool;
 pub mod track;
 

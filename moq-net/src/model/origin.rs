@@ -8,13 +8,39 @@
 //!
 //! An announcement cursor ([`OriginConsumer::announced`]) yields the current set first (in path
 //! order), then live updates: `Some(broadcast)` when a path is announced, `None` when it goes
-//! away. Each cursor owns its queue of pending updates; an announcement appends to the queues of
-//! the cursors whose prefix and scope match (announcements are rare next to media, so this
-//! O(cursors) fan-out is cheap). [`announced_excluding`](OriginConsumer::announced_excluding)
-//! skips routes whose hop chain contains a peer, so a relay never reflects a broadcast back to
-//! the peer it came from.
+//! away. Each cursor owns its pending updates; an announcement reaches the cursors whose prefix
+//! and scope match (announcements are rare next to media, so this O(cursors) fan-out is cheap).
+//! [`announced_excluding`](OriginConsumer::announced_excluding) skips routes whose hop chain
+//! contains a peer, so a relay never reflects a broadcast back to the peer it came from.
+//!
+//! # Bounds
+//!
+//! A cursor's pending updates are **coalesced per path**: at most one entry per path, which says
+//! whether the cursor must first hear the path go (it saw an announcement that is gone or
+//! replaced) and what is announced there now. A watcher that stops reading while a publisher
+//! flaps a path a million times holds one entry, not a million; what a stalled watcher holds is
+//! bounded by the paths it saw plus the paths announced now, and every announcement is charged to
+//! its publisher's budget. An unannouncement of a path the cursor never heard of cancels the
+//! pending announcement instead of queueing a pair.
+//!
+//! Every path an origin stores is checked where it is made, by joining a view's root and the
+//! caller's path: one longer than [`MAX_PATH_LEN`](super::path::MAX_PATH_LEN) bytes or deeper
+//! than [`MAX_PATH_SEGMENTS`](super::path::MAX_PATH_SEGMENTS) segments is refused with
+//! [`Error::BoundsExceeded`], so no announcement can fail to encode for a watcher rooted above
+//! the publisher.
+//!
+//! # Several publishers of one path
+//!
+//! A path may be published more than once (a publisher reconnecting before its old connection
+//! timed out, a second relay route). The **newest** publication is the one announced and served:
+//! a reconnecting publisher takes over at once instead of waiting for its stale twin to time out.
+//! The earlier ones are kept, in order, as backups: when the active one ends, the newest
+//! remaining backup is announced again (watchers see the path go, then come back). Refusing the
+//! second publisher instead would leave a reconnecting publisher locked out until its old
+//! connection's idle timeout; forgetting the first (what this origin did before) left the path
+//! empty for good when the second left.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::task::Poll;
 
@@ -71,8 +97,19 @@ struct Cursor {
 	prefixes: Vec<Path>,
 	root: Path,
 	exclude: Option<OriginId>,
-	updates: VecDeque<Update>,
+	/// Paths with a pending update, in the order they first became pending.
+	order: VecDeque<Path>,
+	/// The pending update of each path in `order` (absolute paths).
+	pending: HashMap<Path, Pending>,
 	on_update: WaiterList,
+}
+
+/// What a cursor has yet to hear about one path.
+struct Pending {
+	/// The cursor was told of an announcement here that has since gone: it hears `None` first.
+	unannounce: bool,
+	/// What is announced here now, if the cursor has not heard it yet.
+	announce: Option<(BroadcastConsumer, Route)>,
 }
 
 impl Cursor {
@@ -81,34 +118,112 @@ impl Cursor {
 			&& !matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer))
 	}
 
+	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
 	fn push(&mut self, path: &Path, announced: Option<&Announced>) -> Wakes {
-		let Some(relative) = path.strip_prefix(&self.root) else {
+		if path.strip_prefix(&self.root).is_none() {
 			return Wakes::none();
-		};
-		self.updates.push_back(Update {
-			path: relative,
-			broadcast: announced.map(|a| a.broadcast.clone()),
-			route: announced.map(|a| a.route.clone()).unwrap_or_default(),
-		});
+		}
+		let announce = announced.map(|a| (a.broadcast.clone(), a.route.clone()));
+		match self.pending.get_mut(path) {
+			Some(pending) => {
+				pending.announce = announce;
+				if !pending.unannounce && pending.announce.is_none() {
+					// Announced and gone before the cursor heard of it: nothing to say.
+					self.pending.remove(path);
+					self.order.retain(|queued| queued != path);
+					return Wakes::none();
+				}
+			}
+			None => {
+				self.pending.insert(
+					path.clone(),
+					Pending {
+						unannounce: announce.is_none(),
+						announce,
+					},
+				);
+				self.order.push_back(path.clone());
+			}
+		}
 		self.on_update.take()
+	}
+
+	/// The next update, in the order paths became pending.
+	fn pop(&mut self) -> Option<Update> {
+		let path = self.order.front()?.clone();
+		let relative = path.strip_prefix(&self.root).expect("only paths under the root are queued");
+		let pending = self.pending.get_mut(&path).expect("queued paths are pending");
+		if pending.unannounce {
+			pending.unannounce = false;
+			if pending.announce.is_none() {
+				self.pending.remove(&path);
+				self.order.pop_front();
+			}
+			return Some(Update {
+				path: relative,
+				broadcast: None,
+				route: Route::default(),
+			});
+		}
+		let (broadcast, route) = pending.announce.take().expect("a pending entry says something");
+		self.pending.remove(&path);
+		self.order.pop_front();
+		Some(Update {
+			path: relative,
+			broadcast: Some(broadcast),
+			route,
+		})
+	}
+
+	/// Updates pending: one per path, two for a path that goes and comes back.
+	fn queued(&self) -> usize {
+		self.pending
+			.values()
+			.map(|pending| usize::from(pending.unannounce) + usize::from(pending.announce.is_some()))
+			.sum()
 	}
 }
 
 struct OriginState {
 	id: OriginId,
-	broadcasts: BTreeMap<Path, Announced>,
+	/// Every publication of each path, oldest first; the last is the one announced.
+	broadcasts: BTreeMap<Path, Vec<Announced>>,
 	cursors: Slab<Cursor>,
 	serial: u64,
 }
 
 impl OriginState {
-	/// Queues an update of `path` for every cursor that sees it; `route` decides exclusion.
-	fn notify(&mut self, path: &Path, route: &Route, announced: bool) -> Wakes {
+	/// Queues an update of `path` for every cursor that sees it: the active publication there, or
+	/// `None` when there is none. `route` decides exclusion.
+	fn notify(&mut self, path: &Path, route: &Route) -> Wakes {
 		let mut wakes = Wakes::none();
-		let entry = if announced { self.broadcasts.get(path) } else { None };
+		let entry = self.broadcasts.get(path).and_then(|stack| stack.last());
 		for (_, cursor) in &mut self.cursors {
 			if cursor.sees(path, Some(route)) {
 				wakes.append(cursor.push(path, entry));
+			}
+		}
+		wakes
+	}
+
+	/// Tells the cursors that see `old`'s route that it went, and those that see the path's new
+	/// active route (if any) that it came.
+	fn replaced(&mut self, path: &Path, old: &Route) -> Wakes {
+		let active = self.broadcasts.get(path).and_then(|stack| stack.last());
+		let new_route = active.map(|announced| announced.route.clone());
+		let mut wakes = Wakes::none();
+		for (_, cursor) in &mut self.cursors {
+			let saw_old = cursor.sees(path, Some(old));
+			let sees_new = new_route.as_ref().is_some_and(|route| cursor.sees(path, Some(route)));
+			if saw_old && !sees_new {
+				wakes.append(cursor.push(path, None));
+			}
+			if saw_old && sees_new {
+				// The old one goes, then the new one comes: two entries, coalesced in one.
+				drop(cursor.push(path, None));
+				wakes.append(cursor.push(path, active));
+			} else if sees_new {
+				wakes.append(cursor.push(path, active));
 			}
 		}
 		wakes
@@ -142,6 +257,11 @@ impl Origin {
 	/// Broadcasts announced now, at any path.
 	pub fn broadcasts(&self) -> usize {
 		self.state.lock().broadcasts.len()
+	}
+
+	/// Publications kept as backups behind the announced one, at any path.
+	pub fn backups(&self) -> usize {
+		self.state.lock().broadcasts.values().map(|stack| stack.len() - 1).sum()
 	}
 
 	/// A producer view at the root, allowed everywhere.
@@ -218,7 +338,11 @@ impl View {
 		if !self.allowed.iter().any(|allowed| path.has_prefix(allowed)) {
 			return Err(Error::Unauthorized);
 		}
-		Ok(self.root.join(path))
+		let absolute = self.root.join(path);
+		if !absolute.fits() {
+			return Err(Error::BoundsExceeded);
+		}
+		Ok(absolute)
 	}
 }
 
@@ -244,8 +368,12 @@ impl OriginProducer {
 	}
 
 	/// Announces `broadcast` at `path` with `route`. The announcement lasts until the returned
-	/// [`Publication`] drops (or the broadcast is replaced at the same path). A route whose hop
-	/// chain already holds this origin's id, or is longer than [`MAX_HOPS`], is refused.
+	/// [`Publication`] drops. If the path is already published, this publication becomes the
+	/// active one and the earlier stays as a backup, announced again if this one ends first (see
+	/// the [module docs](self)). A route whose hop chain already holds this origin's id, or is
+	/// longer than [`MAX_HOPS`], is refused ([`Error::Unauthorized`]); so is a path outside the
+	/// view's scope, and a path that joined under the view's root is too long or too deep
+	/// ([`Error::BoundsExceeded`]).
 	pub fn publish(&self, path: &Path, broadcast: BroadcastConsumer, route: Route) -> Result<Publication, Error> {
 		let path = self.view.absolute(path)?;
 		let (serial, wakes) = {
@@ -255,20 +383,21 @@ impl OriginProducer {
 			}
 			state.serial += 1;
 			let serial = state.serial;
-			let mut wakes = Wakes::none();
-			if let Some(old) = state.broadcasts.remove(&path) {
+			let previous = state
+				.broadcasts
+				.get(&path)
+				.and_then(|stack| stack.last())
+				.map(|announced| announced.route.clone());
+			state.broadcasts.entry(path.clone()).or_default().push(Announced {
+				broadcast,
+				route: route.clone(),
+				serial,
+			});
+			let wakes = match previous {
 				// A replacement: cursors see the old one go, then the new one come.
-				wakes.append(state.notify(&path, &old.route, false));
-			}
-			state.broadcasts.insert(
-				path.clone(),
-				Announced {
-					broadcast,
-					route: route.clone(),
-					serial,
-				},
-			);
-			wakes.append(state.notify(&path, &route, true));
+				Some(old) => state.replaced(&path, &old),
+				None => state.notify(&path, &route),
+			};
 			(serial, wakes)
 		};
 		drop(wakes);
@@ -303,15 +432,25 @@ pub struct Publication {
 }
 
 impl Drop for Publication {
+	/// Withdraws this publication: if it was the active one, the newest backup (if any) is
+	/// announced in its place.
 	fn drop(&mut self) {
 		let wakes = {
 			let mut state = self.state.lock();
-			match state.broadcasts.get(&self.path) {
-				Some(announced) if announced.serial == self.serial => {
-					let old = state.broadcasts.remove(&self.path).expect("just seen");
-					state.notify(&self.path, &old.route, false)
-				}
-				_ => Wakes::none(),
+			let Some(stack) = state.broadcasts.get_mut(&self.path) else {
+				return;
+			};
+			let Some(index) = stack.iter().position(|announced| announced.serial == self.serial) else {
+				return;
+			};
+			let was_active = index + 1 == stack.len();
+			let old = stack.remove(index);
+			if stack.is_empty() {
+				state.broadcasts.remove(&self.path);
+			}
+			match was_active {
+				true => state.replaced(&self.path, &old.route),
+				false => Wakes::none(),
 			}
 		};
 		drop(wakes);
@@ -359,6 +498,7 @@ impl OriginConsumer {
 			.lock()
 			.broadcasts
 			.get(&path)
+			.and_then(|stack| stack.last())
 			.map(|announced| announced.broadcast.clone())
 			.ok_or(Error::NotFound)
 	}
@@ -400,11 +540,13 @@ impl OriginConsumer {
 			prefixes,
 			root: self.view.root.clone(),
 			exclude,
-			updates: VecDeque::new(),
+			order: VecDeque::new(),
+			pending: HashMap::new(),
 			on_update: WaiterList::new(),
 		};
 		let mut state = self.view.state.lock();
-		for (path, announced) in &state.broadcasts {
+		for (path, stack) in &state.broadcasts {
+			let announced = stack.last().expect("no empty stacks");
 			if cursor.sees(path, Some(&announced.route)) {
 				drop(cursor.push(path, Some(announced)));
 			}
@@ -434,7 +576,7 @@ impl AnnounceCursor {
 	pub fn poll_next(&mut self, waiter: &Waiter) -> Poll<Update> {
 		let mut state = self.state.lock();
 		let cursor = &mut state.cursors[self.key];
-		match cursor.updates.pop_front() {
+		match cursor.pop() {
 			Some(update) => Poll::Ready(update),
 			None => {
 				cursor.on_update.register(waiter);
@@ -450,12 +592,12 @@ impl AnnounceCursor {
 
 	/// The number of updates queued (at creation: the size of the current set).
 	pub fn queued(&self) -> usize {
-		self.state.lock().cursors[self.key].updates.len()
+		self.state.lock().cursors[self.key].queued()
 	}
 
 	/// The next update if one is queued.
 	pub fn try_next(&mut self) -> Option<Update> {
-		self.state.lock().cursors[self.key].updates.pop_front()
+		self.state.lock().cursors[self.key].pop()
 	}
 }
 

@@ -2,6 +2,12 @@
 
 use std::fmt;
 
+/// The longest broadcast path, in bytes, as sent on the wire.
+pub const MAX_PATH_LEN: usize = 1024;
+
+/// The most segments a broadcast path may have (moq-lite spec §2.2).
+pub const MAX_PATH_SEGMENTS: usize = 32;
+
 /// A broadcast path: `/`-separated segments, stored without leading, trailing or doubled
 /// slashes. Prefixes match whole segments: `a/b` is a prefix of `a/b/c`, not of `a/bc`.
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,6 +29,22 @@ impl Path {
 	/// The normalised text.
 	pub fn as_str(&self) -> &str {
 		&self.0
+	}
+
+	/// The number of segments (0 for the root).
+	pub fn segments(&self) -> usize {
+		match self.0.is_empty() {
+			true => 0,
+			false => self.0.bytes().filter(|&b| b == b'/').count() + 1,
+		}
+	}
+
+	/// Whether the path fits the wire everywhere it can be seen from: at most [`MAX_PATH_LEN`]
+	/// bytes and [`MAX_PATH_SEGMENTS`] segments. An origin checks every path it builds by joining
+	/// a root and a peer's suffix, so no announcement it makes can fail to encode for a watcher
+	/// rooted above it.
+	pub fn fits(&self) -> bool {
+		self.0.len() <= MAX_PATH_LEN && self.segments() <= MAX_PATH_SEGMENTS
 	}
 
 	/// Whether this is the root (no segments).

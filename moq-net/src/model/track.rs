@@ -29,13 +29,34 @@
 //! # Demand
 //!
 //! A consumer made with [`TrackProducer::subscribe`] (or that calls
-//! [`TrackConsumer::subscribe`]) carries a [`Subscription`]. The track aggregates them (max
-//! priority, all-ordered, max latency, min start, max end) and the producer watches the
-//! aggregate with [`TrackProducer::subscription_changed`], and whether there is any demand with
-//! [`used`](TrackProducer::used) / [`unused`](TrackProducer::unused): a relay forwards one
-//! upstream subscription and cancels it when demand ends.
+//! [`TrackConsumer::subscribe`]) carries a [`Subscription`]. The track aggregates them and the
+//! producer watches the aggregate with [`TrackProducer::subscription_changed`], and whether there
+//! is any demand with [`used`](TrackProducer::used) / [`unused`](TrackProducer::unused): a relay
+//! forwards one upstream subscription and cancels it when demand ends.
+//!
+//! The aggregate is what serves every subscriber at once, so no subscriber can make it serve
+//! another less:
+//! - **priority**: the highest; **ordered**: only if all want order; **latency**: the longest;
+//! - **start**: an absent start means "from the latest group", not "no opinion". If every
+//!   subscriber names a start, the aggregate is the lowest. If some subscriber wants the latest,
+//!   the aggregate is absent (the latest) unless another names a start at or below the latest
+//!   group this track has seen, which is history the latest does not cover: then that start. A
+//!   start in the future never hides the latest from the others;
+//! - **end**: the highest, and an open end wins.
+//!
+//! When a subscriber leaves or updates, the aggregate is recomputed from those that remain: a
+//! far-future start that a subscriber set and then withdrew leaves nothing behind. The publisher
+//! side of a session follows the aggregate exactly: an update that lowers a start rewinds the
+//! cursor, one that clears it goes back to the latest group ([`TrackConsumer::clear_start`]).
+//!
+//! # Bounds
+//!
+//! A cursor with an end cap keeps the sequences of groups above its cap to re-offer them when the
+//! cap rises: sequences, not groups, so it holds no cached memory outside the pool's budget (a
+//! held group that was evicted meanwhile is skipped), and at most [`MAX_HELD`] of them (the
+//! lowest are forgotten first).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -49,6 +70,9 @@ use super::{Error, Frame, GroupConsumer, GroupProducer, Pool};
 
 /// Cached entries examined per eviction pass: bounded work per written group.
 pub const EVICT_SCAN: usize = 4;
+
+/// Sequences a cursor holds above its end cap, at most; the lowest are forgotten first.
+pub const MAX_HELD: usize = 256;
 
 /// The publisher's properties of a track.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,15 +114,18 @@ pub struct Subscription {
 }
 
 impl Subscription {
-	/// The aggregate of many: max priority, all ordered, max latency, min start, max end (an
-	/// open end wins).
-	pub fn aggregate<'a>(subscriptions: impl IntoIterator<Item = &'a Self>) -> Option<Self> {
+	/// The aggregate of many (see the [module docs](self)): max priority, all ordered, max
+	/// latency, the lowest start where every start is named or one names history at or below
+	/// `latest` (else "from the latest"), max end with an open end winning.
+	pub fn aggregate<'a>(subscriptions: impl IntoIterator<Item = &'a Self>, latest: Option<u64>) -> Option<Self> {
 		let mut iter = subscriptions.into_iter();
 		let mut total = *iter.next()?;
+		let mut wants_latest = total.start.is_none();
 		for sub in iter {
 			total.priority = total.priority.max(sub.priority);
 			total.ordered &= sub.ordered;
 			total.latency_max = total.latency_max.max(sub.latency_max);
+			wants_latest |= sub.start.is_none();
 			total.start = match (total.start, sub.start) {
 				(Some(a), Some(b)) => Some(a.min(b)),
 				(a, b) => a.or(b),
@@ -107,6 +134,9 @@ impl Subscription {
 				(Some(a), Some(b)) => Some(a.max(b)),
 				_ => None,
 			};
+		}
+		if wants_latest && total.start.is_some_and(|start| latest.is_none_or(|latest| start > latest)) {
+			total.start = None;
 		}
 		Some(total)
 	}
@@ -187,15 +217,17 @@ impl TrackState {
 		}
 	}
 
-	/// Pool pressure: while the pool is over budget, evict this track's stalest non-latest group
-	/// among the oldest few.
-	fn relieve(&mut self, evicted: &mut Vec<(GroupRef, Error)>) {
+	/// Pool pressure: while the pool is over budget (or, with `room`, cannot take `room` more
+	/// bytes), evict this track's stalest non-latest group among the oldest few, never the group
+	/// with sequence `keep` (the one being written).
+	fn relieve(&mut self, evicted: &mut Vec<(GroupRef, Error)>, room: u64, keep: Option<u64>) {
 		let Some(pool) = self.pool.clone() else {
 			return;
 		};
-		while pool.is_over() {
+		let keep = keep.and_then(|sequence| self.by_sequence.get(&sequence).copied());
+		while pool.is_over() || (room > 0 && !pool.has_room(room)) {
 			let stalest = (self.base..self.base + self.arrival.len() as u64)
-				.filter(|&arrival| Some(arrival) != self.latest)
+				.filter(|&arrival| Some(arrival) != self.latest && Some(arrival) != keep)
 				.filter_map(|arrival| Some((self.cached(arrival)?.accessed, arrival)))
 				.take(EVICT_SCAN)
 				.min();
@@ -212,7 +244,7 @@ impl TrackState {
 	}
 
 	fn set_demand(&mut self) -> Wakes {
-		let demand = Subscription::aggregate(self.subscriptions.iter().map(|(_, sub)| sub));
+		let demand = Subscription::aggregate(self.subscriptions.iter().map(|(_, sub)| sub), self.max_sequence);
 		if demand == self.demand {
 			return Wakes::none();
 		}
@@ -235,6 +267,14 @@ impl TrackState {
 		wakes.append(self.on_demand.take());
 		wakes
 	}
+}
+
+/// Makes room in the pool for `room` bytes of group `sequence` by evicting the track's own stalest
+/// groups (a full pool refuses a frame otherwise).
+pub(crate) fn relieve_for(track: &Lock<TrackState>, sequence: u64, room: u64) {
+	let mut evicted = Vec::new();
+	track.lock().relieve(&mut evicted, room, Some(sequence));
+	abort_all(evicted);
 }
 
 /// Aborts evicted groups after the track's lock is released, so their readers' wakes run
@@ -344,8 +384,9 @@ impl TrackProducer {
 			if state.by_sequence.contains_key(&sequence) {
 				return Err(Error::Duplicate);
 			}
-			state.relieve(&mut evicted);
-			let producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
+			state.relieve(&mut evicted, 0, None);
+			let mut producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
+			producer.track = Some(self.state.clone());
 			let arrival = state.base + state.arrival.len() as u64;
 			state.arrival.push_back(Some(Cached {
 				sequence,
@@ -536,8 +577,8 @@ pub struct TrackConsumer {
 	next_sequence: u64,
 	start: Option<u64>,
 	end: Option<u64>,
-	/// Groups above the end cap, re-offered when it rises.
-	held: BTreeMap<u64, GroupConsumer>,
+	/// Sequences of groups above the end cap, re-offered when it rises (at most [`MAX_HELD`]).
+	held: BTreeSet<u64>,
 	subscription: Option<usize>,
 }
 
@@ -554,7 +595,7 @@ impl TrackConsumer {
 			next_sequence,
 			start: None,
 			end: None,
-			held: BTreeMap::new(),
+			held: BTreeSet::new(),
 			subscription: None,
 		}
 	}
@@ -617,6 +658,23 @@ impl TrackConsumer {
 		self.next_sequence = start;
 	}
 
+	/// Removes the floor: the cursor goes on from the latest group, as a cursor made without a
+	/// start does. If the floor had skipped the latest group (a start in the future), the cursor
+	/// goes back to it; groups it already yielded are not yielded again.
+	pub fn clear_start(&mut self) {
+		let Some(start) = self.start.take() else {
+			return;
+		};
+		let state = self.state.lock();
+		if let (Some(latest), Some(max)) = (state.latest, state.max_sequence)
+			&& max < start
+		{
+			// Every cached group was below the floor, so none was yielded: the latest comes next.
+			self.next_arrival = self.next_arrival.min(latest);
+			self.next_sequence = max;
+		}
+	}
+
 	/// Sets (or clears) an inclusive cap; groups above it are held until it rises.
 	pub fn end_at(&mut self, end: Option<u64>) {
 		self.end = end;
@@ -648,25 +706,42 @@ impl TrackConsumer {
 		drop(wakes);
 	}
 
-	fn take_held(&mut self) -> Option<GroupConsumer> {
-		let (&sequence, _) = self.held.first_key_value()?;
-		if self.end.is_some_and(|end| sequence > end) {
-			return None;
+	/// The lowest held group now within the cap `end` that is still cached.
+	fn take_held(held: &mut BTreeSet<u64>, end: Option<u64>, state: &TrackState) -> Option<GroupConsumer> {
+		while let Some(&sequence) = held.first() {
+			if end.is_some_and(|end| sequence > end) {
+				return None;
+			}
+			held.pop_first();
+			let cached = state
+				.by_sequence
+				.get(&sequence)
+				.and_then(|&arrival| state.cached(arrival));
+			if let Some(cached) = cached {
+				return Some(GroupConsumer::new(sequence, cached.group.clone()));
+			}
 		}
-		self.held.remove(&sequence)
+		None
+	}
+
+	fn hold(held: &mut BTreeSet<u64>, sequence: u64) {
+		held.insert(sequence);
+		if held.len() > MAX_HELD {
+			held.pop_first();
+		}
 	}
 
 	/// The next group in arrival order; `Ok(None)` once the track is complete and every group was
 	/// offered; registers for the next group otherwise.
 	pub fn poll_recv_group(&mut self, waiter: &Waiter) -> Poll<Result<Option<GroupConsumer>, Error>> {
-		if !self.held.is_empty()
-			&& let Some(group) = self.take_held()
-		{
-			return Poll::Ready(Ok(Some(group)));
-		}
 		let mut state = self.state.lock();
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
+		}
+		if !self.held.is_empty()
+			&& let Some(group) = Self::take_held(&mut self.held, self.end, &state)
+		{
+			return Poll::Ready(Ok(Some(group)));
 		}
 		loop {
 			// Groups evicted before this cursor read them: skip to the oldest still cached.
@@ -683,12 +758,11 @@ impl TrackConsumer {
 			if self.start.is_some_and(|start| cached.sequence < start) {
 				continue;
 			}
-			let group = GroupConsumer::new(cached.sequence, cached.group.clone());
 			if self.end.is_some_and(|end| cached.sequence > end) {
-				self.held.insert(cached.sequence, group);
+				Self::hold(&mut self.held, cached.sequence);
 				continue;
 			}
-			return Poll::Ready(Ok(Some(group)));
+			return Poll::Ready(Ok(Some(GroupConsumer::new(cached.sequence, cached.group.clone()))));
 		}
 		if state.is_complete() && self.held.is_empty() {
 			return Poll::Ready(Ok(None));

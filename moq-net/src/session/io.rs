@@ -1,19 +1,27 @@
 //! Framing over transport streams: decode messages from a receive stream as bytes arrive, and
 //! write encoded messages to a send stream.
 
+use std::rc::Rc;
 use std::task::{Poll, ready};
 
 use bytes::{Buf, Bytes};
 use kio::Waiter;
 
 use super::SessionError;
+use super::budget::{Budget, Resource};
 use crate::coding::{Decode, DecodeError, Encode};
+use crate::model;
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
 
 /// A receive stream with a reassembly buffer. The common case, a message or a payload that
 /// arrives in one chunk, is decoded from the chunk itself: no copy, no allocation. Only a
 /// message split across chunks is copied into `buf` (never more than one message, capped by the
 /// decoders, plus one chunk).
+///
+/// A reader made with [`charged`](Self::charged) charges what `buf` holds to the session's
+/// partial-bytes budget: a peer that opens many streams and leaves a message or a frame unfinished
+/// on each holds at most that budget, not the streams times the largest message or frame. A
+/// reassembly the budget cannot take fails with BoundsExceeded (11), for this stream alone.
 pub(crate) struct Reader<R> {
 	recv: R,
 	/// Unread bytes of the last chunk, while `buf` is empty.
@@ -21,6 +29,9 @@ pub(crate) struct Reader<R> {
 	/// Reassembly of a message split across chunks.
 	buf: Vec<u8>,
 	fin: bool,
+	budget: Option<Rc<Budget>>,
+	/// What `buf` has charged to the budget.
+	charged: u64,
 }
 
 impl<R: RecvStream> Reader<R> {
@@ -30,7 +41,33 @@ impl<R: RecvStream> Reader<R> {
 			chunk: Bytes::new(),
 			buf: Vec::new(),
 			fin: false,
+			budget: None,
+			charged: 0,
 		}
+	}
+
+	/// A reader whose reassembly is charged to `budget`.
+	pub(crate) fn charged(recv: R, budget: &Rc<Budget>) -> Self {
+		let mut reader = Self::new(recv);
+		reader.budget = Some(budget.clone());
+		reader
+	}
+
+	/// Brings the charge in line with what `buf` holds; fails if the budget cannot take more.
+	fn account(&mut self) -> Result<(), SessionError> {
+		let Some(budget) = &self.budget else {
+			return Ok(());
+		};
+		let held = self.buf.len() as u64;
+		if held > self.charged {
+			if !budget.take(Resource::PartialBytes, held - self.charged) {
+				return Err(SessionError::Model(model::Error::BoundsExceeded));
+			}
+		} else if held < self.charged {
+			budget.give(Resource::PartialBytes, self.charged - held);
+		}
+		self.charged = held;
+		Ok(())
 	}
 
 	fn buffered(&self) -> &[u8] {
@@ -42,6 +79,7 @@ impl<R: RecvStream> Reader<R> {
 			self.chunk.advance(n);
 		} else {
 			self.buf.drain(..n);
+			let _ = self.account();
 		}
 	}
 
@@ -61,6 +99,12 @@ impl<R: RecvStream> Reader<R> {
 						self.chunk = Bytes::new();
 					}
 					self.buf.extend_from_slice(&chunk);
+					if let Err(err) = self.account() {
+						// Nothing more is read from this stream: give the charge back now.
+						self.buf = Vec::new();
+						let _ = self.account();
+						return Poll::Ready(Err(err));
+					}
 				}
 				Poll::Ready(Ok(true))
 			}
@@ -117,6 +161,7 @@ impl<R: RecvStream> Reader<R> {
 				} else {
 					let payload = Bytes::copy_from_slice(&self.buf[..size]);
 					self.buf.drain(..size);
+					let _ = self.account();
 					payload
 				};
 				return Poll::Ready(Ok(Some(payload)));
@@ -138,6 +183,16 @@ impl<R: RecvStream> Reader<R> {
 
 	pub(crate) fn stop(&mut self, code: u64) {
 		self.recv.stop(code);
+	}
+}
+
+impl<R> Drop for Reader<R> {
+	fn drop(&mut self) {
+		if let Some(budget) = &self.budget
+			&& self.charged > 0
+		{
+			budget.give(Resource::PartialBytes, self.charged);
+		}
 	}
 }
 

@@ -34,6 +34,7 @@
 //! The session's work runs in kio tasks on the caller's worker, owned by the [`Session`]:
 //! dropping it (or [`Session::close`]) closes the transport and aborts them. Nothing outlives it.
 
+mod budget;
 mod io;
 mod publisher;
 mod subscriber;
@@ -113,10 +114,58 @@ pub fn model_code(err: &model::Error) -> u64 {
 		model::Error::Unauthorized => ErrorCode::Unauthorized,
 		model::Error::TooLarge => ErrorCode::FrameTooLarge,
 		model::Error::Finished => ErrorCode::Closed,
+		model::Error::BoundsExceeded => ErrorCode::BoundsExceeded,
 		model::Error::Aborted(code) => return *code,
 		_ => ErrorCode::Cancel,
 	};
 	code.code()
+}
+
+/// What one session may make this side hold. Each limit is charged where the memory is taken
+/// and released where it is freed; the totals over every session sharing a [`Counters`] show
+/// there as gauges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+	/// Broadcasts the peer may announce to us at once; further announcements are ignored (and
+	/// counted in [`Counters::announces_refused`]).
+	pub announces: usize,
+	/// SUBSCRIBEs the peer may have open toward our publisher half; another is refused with
+	/// BoundsExceeded (11) on its stream.
+	pub subscriptions: usize,
+	/// Tracks the peer's broadcasts may be asked for at once (each an upstream TRACK and
+	/// SUBSCRIBE on the peer's session); another is refused with BoundsExceeded.
+	pub track_requests: usize,
+	/// Group streams in flight per subscription toward the peer; past it the oldest group is
+	/// reset (code 0), so a subscriber that lags loses old groups, not our memory.
+	pub groups_in_flight: usize,
+	/// Bytes of messages and frames received in part (split across chunks) the session may buffer
+	/// over all its streams; a stream that needs more is stopped with BoundsExceeded.
+	pub partial_bytes: u64,
+}
+
+impl Limits {
+	/// No limits (tests, trusted peers).
+	pub const UNLIMITED: Self = Self {
+		announces: usize::MAX,
+		subscriptions: usize::MAX,
+		track_requests: usize::MAX,
+		groups_in_flight: usize::MAX,
+		partial_bytes: u64::MAX,
+	};
+}
+
+impl Default for Limits {
+	/// Generous for a real publisher or viewer, small next to a relay's memory: see the relay's
+	/// README for what they add up to per connection.
+	fn default() -> Self {
+		Self {
+			announces: 1024,
+			subscriptions: 1024,
+			track_requests: 1024,
+			groups_in_flight: 64,
+			partial_bytes: 8 << 20,
+		}
+	}
 }
 
 /// What this side says in its SETUP.
@@ -135,6 +184,8 @@ pub struct Config {
 	/// Counts what this session moves, for a relay's metrics; shared by every session that gets a
 	/// clone.
 	pub counters: Option<Arc<Counters>>,
+	/// What the peer may make this session hold.
+	pub limits: Limits,
 }
 
 /// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
@@ -148,6 +199,20 @@ pub struct Counters {
 	pub groups_out: AtomicU64,
 	/// Frame payload bytes sent.
 	pub bytes_out: AtomicU64,
+	/// Broadcasts peers announce to us now (gauge).
+	pub announces: AtomicU64,
+	/// Announcements ignored because a session's budget was spent.
+	pub announces_refused: AtomicU64,
+	/// SUBSCRIBEs peers have open toward us (gauge).
+	pub subscriptions: AtomicU64,
+	/// Tracks asked of peers' broadcasts now (gauge).
+	pub track_requests: AtomicU64,
+	/// Group streams in flight toward peers (gauge).
+	pub groups_in_flight: AtomicU64,
+	/// Bytes of partly received messages and frames buffered (gauge).
+	pub partial_bytes: AtomicU64,
+	/// Requests, streams and groups refused or cut because a budget was spent.
+	pub budget_refusals: AtomicU64,
 }
 
 /// What the peer said in its SETUP.
@@ -208,12 +273,12 @@ async fn exchange<T: Transport>(transport: &T, config: &Config) -> Result<PeerSe
 	}
 }
 
-/// The subscriber half's table: subscribe id to the track its groups feed.
+/// The subscriber half's table: subscribe id to the track its groups feed. Ids are issued in
+/// order, so one below the next id that is not live was issued and cancelled: a late group stream
+/// for it is stopped, not fatal (and no set of retired ids grows with the session's age).
 #[derive(Default)]
 struct Subscriptions {
 	live: HashMap<u64, TrackProducer>,
-	/// Ids we issued and cancelled: late group streams for them are stopped, not fatal.
-	retired: HashSet<u64>,
 }
 
 struct Inner<T: Transport> {
@@ -223,8 +288,10 @@ struct Inner<T: Transport> {
 	tasks: RefCell<Vec<JoinHandle<()>>>,
 	subscriptions: RefCell<Subscriptions>,
 	next_subscribe_id: Cell<u64>,
-	/// Subscribe ids the peer used toward our publisher half: never reused.
+	/// Subscribe ids of the peer's SUBSCRIBEs open toward our publisher half (a second SUBSCRIBE
+	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].
 	served: RefCell<HashSet<u64>>,
+	budget: Rc<budget::Budget>,
 }
 
 impl<T: Transport + 'static> Inner<T> {
@@ -257,8 +324,10 @@ pub fn start<T: Transport + Clone + 'static>(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
+	let budget = budget::Budget::new(config.limits, config.counters.clone());
 	let inner = Rc::new(Inner {
 		transport,
+		budget,
 		config,
 		peer,
 		tasks: RefCell::new(Vec::new()),

@@ -1,13 +1,16 @@
 //! The publisher half: serves the peer's Announce, Track, Subscribe and Fetch streams from an
 //! origin.
 
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kio::JoinHandle;
 
+use super::budget::{Budget, Resource};
 use super::io::{self, Reader, Sending};
 use super::{Counters, Inner, SessionError};
 use crate::coding::{DecodeError, Encode};
@@ -33,7 +36,7 @@ async fn serve<T: Transport + 'static>(
 	recv: T::Recv,
 	publish: Option<OriginConsumer>,
 ) {
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.budget);
 	let mut send = Sending::new(send);
 	let kind = match reader.decode::<ControlType>().await {
 		Ok(Some(kind)) => kind,
@@ -194,12 +197,6 @@ impl Owned {
 		}
 		self.0.push(task);
 	}
-
-	async fn join(&mut self) {
-		for task in self.0.drain(..) {
-			let _ = task.await;
-		}
-	}
 }
 
 impl Drop for Owned {
@@ -215,9 +212,78 @@ enum SubscribeEvent {
 	Update(Result<Option<SubscribeUpdate>, SessionError>),
 }
 
-/// The send priority of a group stream: the subscriber's priority first, then newer groups.
-fn stream_priority(priority: u8, sequence: u64) -> i32 {
-	(i32::from(priority) << 23) | (sequence & 0x7f_ffff) as i32
+/// Group sequences past a subscription's first group that still rank above older groups: the
+/// priority has 23 bits below the subscriber's 8.
+const SEQUENCE_RANKS: u64 = (1 << 23) - 1;
+
+/// The send priority of a group stream: the subscriber's priority first, then newer groups
+/// (counted from the subscription's first group, so a sequence that crosses a power of two never
+/// ranks below older groups; past 2^23 groups into one subscription, newer groups tie instead of
+/// inverting, and the scheduler's round robin shares the link between them).
+fn stream_priority(priority: u8, first: u64, sequence: u64) -> i32 {
+	let rank = sequence.saturating_sub(first).min(SEQUENCE_RANKS);
+	(i32::from(priority) << 23) | rank as i32
+}
+
+/// A subscription's group streams in flight, oldest first, at most `limit` of them and none older
+/// than `max_age`: past either, the oldest is reset, so a subscriber that stops reading makes us
+/// hold a bounded number of groups, for a bounded time.
+struct InFlight {
+	tasks: VecDeque<(Instant, JoinHandle<()>)>,
+	limit: usize,
+	max_age: Duration,
+}
+
+impl InFlight {
+	fn new(limit: usize, max_age: Duration) -> Self {
+		Self {
+			tasks: VecDeque::new(),
+			limit: limit.max(1),
+			max_age,
+		}
+	}
+
+	fn push(&mut self, now: Instant, task: JoinHandle<()>, budget: &Budget) {
+		if self.tasks.len() >= self.limit {
+			self.tasks.retain(|(_, task)| !task.is_finished());
+		}
+		while self.tasks.len() >= self.limit
+			|| self
+				.tasks
+				.front()
+				.is_some_and(|(started, _)| now.duration_since(*started) > self.max_age)
+		{
+			let (_, oldest) = self.tasks.pop_front().expect("not empty");
+			if !oldest.is_finished() {
+				oldest.abort();
+				budget.refused();
+			}
+		}
+		self.tasks.push_back((now, task));
+	}
+
+	async fn join(&mut self) {
+		for (_, task) in self.tasks.drain(..) {
+			let _ = task.await;
+		}
+	}
+}
+
+impl Drop for InFlight {
+	fn drop(&mut self) {
+		for (_, task) in &self.tasks {
+			task.abort();
+		}
+	}
+}
+
+/// A subscribe id open toward us, forgotten when the subscription ends.
+struct Served<'a, T: Transport>(&'a Inner<T>, u64);
+
+impl<T: Transport> Drop for Served<'_, T> {
+	fn drop(&mut self) {
+		self.0.served.borrow_mut().remove(&self.1);
+	}
 }
 
 async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
@@ -232,6 +298,11 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	if !inner.served.borrow_mut().insert(request.id) {
 		return Err(SessionError::Protocol(ErrorCode::Duplicate));
 	}
+	let _served = Served(inner, request.id);
+	let _charge = inner
+		.budget
+		.hold(Resource::Subscriptions)
+		.ok_or(SessionError::Model(model::Error::BoundsExceeded))?;
 	let broadcast = broadcast(origin, &request.broadcast)?;
 	let mut subscription = Subscription {
 		priority: request.priority,
@@ -243,8 +314,8 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let mut cursor = broadcast
 		.subscribe_track(&request.track, subscription)
 		.map_err(SessionError::Model)?;
-	let mut started = false;
-	let mut groups = Owned::default();
+	let mut first = None;
+	let mut groups = InFlight::new(inner.config.limits.groups_in_flight, cursor.info().latency_max);
 	loop {
 		let event = kio::wait(|waiter| {
 			if let Poll::Ready(update) = reader.poll_decode::<SubscribeUpdate>(waiter) {
@@ -255,25 +326,24 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		.await;
 		match event {
 			SubscribeEvent::Group(Ok(Some(group))) => {
-				if !started {
-					started = true;
-					io::write(
-						&mut send.send,
-						&SubscribeResponse::Start {
-							group: group.sequence(),
-						},
-					)
-					.await?;
-				}
-				let priority = stream_priority(subscription.priority, group.sequence());
+				let first = match first {
+					Some(first) => first,
+					None => {
+						first = Some(group.sequence());
+						io::write(
+							&mut send.send,
+							&SubscribeResponse::Start {
+								group: group.sequence(),
+							},
+						)
+						.await?;
+						group.sequence()
+					}
+				};
+				let priority = stream_priority(subscription.priority, first, group.sequence());
 				let timescale = cursor.info().timescale;
-				groups.push(kio::spawn(serve_group(
-					inner.clone(),
-					request.id,
-					group,
-					priority,
-					timescale,
-				)));
+				let task = kio::spawn(serve_group(inner.clone(), request.id, group, priority, timescale));
+				groups.push(kio::time::now(), task, &inner.budget);
 			}
 			SubscribeEvent::Group(Ok(None)) => {
 				let end = cursor.finished().await.map_err(SessionError::Model)?;
@@ -283,7 +353,6 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
 			SubscribeEvent::Update(Ok(Some(update))) => {
-				let moved = update.start.is_some() && update.start != subscription.start;
 				subscription = Subscription {
 					priority: update.priority,
 					ordered: update.ordered,
@@ -293,8 +362,12 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				};
 				cursor.subscribe(subscription);
 				cursor.end_at(update.end);
-				if moved && let Some(start) = update.start {
-					cursor.start_at(start);
+				// The cursor follows the update exactly: a lower start rewinds, a higher one skips
+				// ahead, none goes back to the latest group (a start the peer withdraws leaves
+				// nothing behind).
+				match update.start {
+					Some(start) => cursor.start_at(start),
+					None => cursor.clear_start(),
 				}
 			}
 			// The subscriber's FIN: unsubscribe. In-flight groups are reset (code 0) as `groups`
@@ -313,6 +386,7 @@ async fn serve_group<T: Transport + 'static>(
 	priority: i32,
 	timescale: u64,
 ) {
+	let _in_flight = inner.budget.hold(Resource::GroupsInFlight);
 	let Ok(mut send) = inner.transport.open_uni().await else {
 		return;
 	};
@@ -416,9 +490,25 @@ mod tests {
 
 	#[test]
 	fn subscriber_priority_then_newer_groups_first() {
-		assert!(stream_priority(2, 0) > stream_priority(1, 1_000_000));
-		assert!(stream_priority(1, 6) > stream_priority(1, 5));
-		assert!(stream_priority(255, 0x7f_ffff) > 0);
+		assert!(stream_priority(2, 0, 0) > stream_priority(1, 0, 1_000_000));
+		assert!(stream_priority(1, 0, 6) > stream_priority(1, 0, 5));
+		assert!(stream_priority(255, 0, 0x7f_ffff) > 0);
+	}
+
+	#[test]
+	fn newer_groups_rank_higher_across_any_power_of_two() {
+		// Before, only the low 23 bits of the sequence counted: group 2^23 ranked below group
+		// 2^23 - 1, and a subscription crossing it sent its newest group last.
+		for boundary in [1u64 << 23, 1 << 24, 1 << 40, 1 << 62] {
+			let first = boundary - 100;
+			assert!(
+				stream_priority(1, first, boundary) > stream_priority(1, first, boundary - 1),
+				"at {boundary}"
+			);
+		}
+		// Far past the first group, newer groups tie rather than invert.
+		assert!(stream_priority(1, 0, 1 << 30) >= stream_priority(1, 0, (1 << 30) - 1));
+		assert!(stream_priority(2, 0, 0) > stream_priority(1, 0, u64::MAX));
 	}
 
 	#[test]

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::Duration;
 
+use super::budget::{Held, Resource};
 use super::io::{self, Reader, Sending};
 use super::publisher::Owned;
 use super::{Inner, MAX_FRAME, SessionError};
@@ -39,6 +41,7 @@ struct Mirrored {
 	broadcast: BroadcastProducer,
 	_publication: Publication,
 	_tracks: Owned,
+	_charge: Held,
 }
 
 impl Mirrored {
@@ -58,7 +61,7 @@ async fn announcements<T: Transport + 'static>(
 ) -> Result<(), SessionError> {
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.budget);
 	let request = AnnounceRequest {
 		prefix: Path::default(),
 		exclude_hop: inner.config.origin,
@@ -97,6 +100,11 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 				if let Some(old) = mirrored.remove(&announce.suffix) {
 					old.end(true);
 				}
+				// Past the session's budget, further announcements are ignored: the peer's other
+				// broadcasts go on.
+				let Some(charge) = inner.budget.hold(Resource::Announces) else {
+					continue;
+				};
 				// Serving requests starts before the announcement, so a consumer on another worker
 				// that sees it at once finds the broadcast ready.
 				let broadcast = BroadcastProducer::new();
@@ -120,6 +128,7 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 						broadcast,
 						_publication: publication,
 						_tracks: tracks,
+						_charge: charge,
 					},
 				);
 			}
@@ -133,24 +142,49 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 	Ok(())
 }
 
-/// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream.
+/// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream, at most
+/// [`Limits::track_requests`](super::Limits::track_requests) at once per session.
 async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
 	let mut tracks = Owned::default();
 	while let Some(track) = broadcast.requested_track().await {
-		tracks.push(kio::spawn(forward(inner.clone(), path.clone(), track)));
+		let Some(charge) = inner.budget.hold(Resource::TrackRequests) else {
+			broadcast.remove_track(&track);
+			track.abort(model::Error::BoundsExceeded);
+			continue;
+		};
+		tracks.push(kio::spawn(forward(
+			inner.clone(),
+			path.clone(),
+			broadcast.clone(),
+			track,
+			charge,
+		)));
 	}
 }
 
-async fn forward<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, track: TrackProducer) {
+/// How long a track fetched from upstream stays after its last subscriber left (or after its
+/// info, if nobody subscribes): a viewer that comes back within it finds the track and its cache;
+/// past it the track ends and its name is forgotten, so names asked for once are not kept.
+pub(super) const TRACK_IDLE_LINGER: Duration = Duration::from_secs(10);
+
+async fn forward<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	path: Path,
+	broadcast: BroadcastProducer,
+	track: TrackProducer,
+	_charge: Held,
+) {
 	if let Err(err) = fetch_track(&inner, &path, &track).await {
 		if is_fatal(&err) {
 			inner.fail(&err);
 		}
 		track.abort(model::Error::Aborted(err.code()));
 	}
+	broadcast.remove_track(&track);
 }
 
-/// TRACK for the info, then one upstream SUBSCRIBE per period of demand.
+/// TRACK for the info, then one upstream SUBSCRIBE per period of demand, until the track has had
+/// no demand for [`TRACK_IDLE_LINGER`].
 async fn fetch_track<T: Transport + 'static>(
 	inner: &Rc<Inner<T>>,
 	path: &Path,
@@ -158,7 +192,7 @@ async fn fetch_track<T: Transport + 'static>(
 ) -> Result<(), SessionError> {
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.budget);
 	let request = Track {
 		broadcast: path.clone(),
 		track: track.name(),
@@ -177,7 +211,17 @@ async fn fetch_track<T: Transport + 'static>(
 	send.finish()?;
 	let mut seen = 0;
 	loop {
-		track.used().await;
+		let mut linger = kio::time::Deadline::new(Some(kio::time::now() + TRACK_IDLE_LINGER));
+		let idle = kio::wait(|waiter| {
+			if track.poll_used(waiter).is_ready() {
+				return Poll::Ready(false);
+			}
+			linger.poll_elapsed(waiter).map(|()| true)
+		})
+		.await;
+		if idle {
+			return Ok(());
+		}
 		if track.is_ended() {
 			return Ok(());
 		}
@@ -193,14 +237,12 @@ enum UpstreamEvent {
 	Demand(Option<Subscription>),
 }
 
-/// Moves a subscribe id from live to retired when the upstream subscription ends.
+/// Retires a subscribe id when the upstream subscription ends.
 struct Retire<'a, T: Transport>(&'a Inner<T>, u64);
 
 impl<T: Transport> Drop for Retire<'_, T> {
 	fn drop(&mut self) {
-		let mut subscriptions = self.0.subscriptions.borrow_mut();
-		subscriptions.live.remove(&self.1);
-		subscriptions.retired.insert(self.1);
+		self.0.subscriptions.borrow_mut().live.remove(&self.1);
 	}
 }
 
@@ -218,7 +260,7 @@ async fn subscribe<T: Transport + 'static>(
 	let _retire = Retire(inner, id);
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.budget);
 	let request = Subscribe {
 		id,
 		broadcast: path.clone(),
@@ -293,7 +335,7 @@ pub(super) async fn accept_groups<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 }
 
 async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::Recv) {
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.budget);
 	match read_group(&inner, &mut reader).await {
 		Ok(()) => {}
 		Err(err) if is_fatal(&err) => inner.fail(&err),
@@ -322,7 +364,7 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 		match subscriptions.live.get(&header.subscribe_id) {
 			Some(track) => track.clone(),
 			// A late group of a subscription we cancelled: not the peer's fault.
-			None if subscriptions.retired.contains(&header.subscribe_id) => {
+			None if header.subscribe_id < inner.next_subscribe_id.get() => {
 				return Err(SessionError::Model(model::Error::Cancelled));
 			}
 			None => return Err(SessionError::Protocol(ErrorCode::ProtocolViolation)),

@@ -1,0 +1,152 @@
+//! A session's budgets: what the peer may make it hold, charged where the memory is taken and
+//! given back (by dropping the [`Held`] charge) where it is freed.
+//!
+//! Each resource has a per-session limit from [`Limits`] and, when the session shares
+//! [`Counters`] with others (a relay), a gauge of the total over every session, which `/metrics`
+//! shows. Everything here runs on the session's worker: the per-session counts are plain cells;
+//! only the shared gauges are atomics.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Counters, Limits};
+
+/// What a budget counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resource {
+	/// Broadcasts the peer announced to us.
+	Announces,
+	/// The peer's SUBSCRIBEs open toward us.
+	Subscriptions,
+	/// Tracks asked of the peer's broadcasts.
+	TrackRequests,
+	/// Group streams in flight toward the peer (limited per subscription, not here).
+	GroupsInFlight,
+	/// Bytes received in part.
+	PartialBytes,
+}
+
+const RESOURCES: usize = 5;
+
+pub(crate) struct Budget {
+	limits: Limits,
+	counters: Option<Arc<Counters>>,
+	used: [Cell<u64>; RESOURCES],
+}
+
+impl Budget {
+	pub(crate) fn new(limits: Limits, counters: Option<Arc<Counters>>) -> Rc<Self> {
+		Rc::new(Self {
+			limits,
+			counters,
+			used: Default::default(),
+		})
+	}
+
+	fn limit(&self, resource: Resource) -> u64 {
+		let limits = &self.limits;
+		match resource {
+			Resource::Announces => limits.announces as u64,
+			Resource::Subscriptions => limits.subscriptions as u64,
+			Resource::TrackRequests => limits.track_requests as u64,
+			Resource::GroupsInFlight => u64::MAX,
+			Resource::PartialBytes => limits.partial_bytes,
+		}
+	}
+
+	fn gauge(&self, resource: Resource) -> Option<&AtomicU64> {
+		let counters = self.counters.as_deref()?;
+		Some(match resource {
+			Resource::Announces => &counters.announces,
+			Resource::Subscriptions => &counters.subscriptions,
+			Resource::TrackRequests => &counters.track_requests,
+			Resource::GroupsInFlight => &counters.groups_in_flight,
+			Resource::PartialBytes => &counters.partial_bytes,
+		})
+	}
+
+	/// Takes `amount` of `resource` if the session's limit allows; counts a refusal otherwise.
+	pub(crate) fn take(&self, resource: Resource, amount: u64) -> bool {
+		let used = &self.used[resource as usize];
+		let after = used.get().saturating_add(amount);
+		if after > self.limit(resource) {
+			self.refused();
+			return false;
+		}
+		used.set(after);
+		if let Some(gauge) = self.gauge(resource) {
+			gauge.fetch_add(amount, Ordering::Relaxed);
+		}
+		true
+	}
+
+	/// Gives back `amount` taken before.
+	pub(crate) fn give(&self, resource: Resource, amount: u64) {
+		let used = &self.used[resource as usize];
+		used.set(used.get() - amount);
+		if let Some(gauge) = self.gauge(resource) {
+			gauge.fetch_sub(amount, Ordering::Relaxed);
+		}
+	}
+
+	/// Counts a request, stream or group refused or cut for want of budget.
+	pub(crate) fn refused(&self) {
+		if let Some(counters) = &self.counters {
+			counters.budget_refusals.fetch_add(1, Ordering::Relaxed);
+		}
+	}
+
+	/// One `resource`, held until the returned charge drops; `None` if the limit is reached.
+	pub(crate) fn hold(self: &Rc<Self>, resource: Resource) -> Option<Held> {
+		self.take(resource, 1).then(|| Held {
+			budget: self.clone(),
+			resource,
+		})
+	}
+
+	/// How much of `resource` this session holds now.
+	#[cfg(test)]
+	pub(crate) fn used(&self, resource: Resource) -> u64 {
+		self.used[resource as usize].get()
+	}
+}
+
+/// One unit of a resource, given back on drop.
+pub(crate) struct Held {
+	budget: Rc<Budget>,
+	resource: Resource,
+}
+
+impl Drop for Held {
+	fn drop(&mut self) {
+		self.budget.give(self.resource, 1);
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+
+	#[test]
+	fn charges_are_limited_per_session_and_summed_in_the_shared_gauges() {
+		let counters = Arc::new(Counters::default());
+		let limits = Limits {
+			subscriptions: 2,
+			..Limits::default()
+		};
+		let a = Budget::new(limits, Some(counters.clone()));
+		let b = Budget::new(limits, Some(counters.clone()));
+		let held: Vec<Held> = (0..2).filter_map(|_| a.hold(Resource::Subscriptions)).collect();
+		assert_eq!(held.len(), 2);
+		assert!(a.hold(Resource::Subscriptions).is_none(), "a's budget is spent");
+		let other = b.hold(Resource::Subscriptions).expect("b has its own budget");
+		assert_eq!(counters.subscriptions.load(Ordering::Relaxed), 3);
+		assert_eq!(counters.budget_refusals.load(Ordering::Relaxed), 1);
+		drop(held);
+		drop(other);
+		assert_eq!(a.used(Resource::Subscriptions), 0);
+		assert_eq!(counters.subscriptions.load(Ordering::Relaxed), 0);
+	}
+}
