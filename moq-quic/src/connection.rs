@@ -167,7 +167,7 @@ pub(crate) struct ConnState {
 
 /// A connection's state, shared by its handles and its driver.
 pub(crate) struct ConnShared {
-	handle: ConnectionHandle,
+	pub(crate) handle: ConnectionHandle,
 	endpoint: Weak<EndpointShared>,
 	state: RefCell<ConnState>,
 }
@@ -514,6 +514,12 @@ pub(crate) async fn drive(shared: Rc<ConnShared>) {
 	};
 	let mut deadline = Deadline::new(None);
 	let mut spare: Option<Vec<u8>> = None;
+	// A server connection that has not completed its handshake by then is closed (limits.rs).
+	let handshake_by = {
+		let state = shared.state.borrow();
+		let timeout = endpoint.state.borrow().config.handshakes.limits().handshake_timeout;
+		state.unannounced.then(|| kio::time::now() + timeout)
+	};
 	// The sender's queue was full: wait for room before producing more.
 	let mut tx_blocked = false;
 	loop {
@@ -532,7 +538,16 @@ pub(crate) async fn drive(shared: Rc<ConnShared>) {
 		})
 		.await;
 		let outcome = turn(&shared, &endpoint, &mut spare);
-		let next = shared.state.borrow_mut().proto.poll_timeout();
+		let mut next = shared.state.borrow_mut().proto.poll_timeout();
+		if let Some(by) = handshake_by
+			&& !shared.state.borrow().established
+		{
+			if kio::time::now() >= by {
+				shared.close(0, b"handshake timeout");
+			} else {
+				next = Some(next.map_or(by, |next| next.min(by)));
+			}
+		}
 		deadline.set(next);
 		match outcome {
 			Turn::Drained => {
@@ -644,10 +659,10 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>, spare: &mut Opti
 /// A QUIC connection. Cheap to clone; when the last clone (and the last stream) is dropped, the
 /// connection is closed with code 0.
 #[derive(Clone)]
-pub struct Connection(Rc<ConnHandle>);
+pub struct Connection(pub(crate) Rc<ConnHandle>);
 
-struct ConnHandle {
-	shared: Rc<ConnShared>,
+pub(crate) struct ConnHandle {
+	pub(crate) shared: Rc<ConnShared>,
 	/// Keeps a client's endpoint (and so its tasks) alive while the connection is in use.
 	_endpoint: Option<Endpoint>,
 }

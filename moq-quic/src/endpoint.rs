@@ -28,6 +28,7 @@ use kio::{JoinHandle, Waiter, WaiterList};
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 
 use crate::connection::{self, ConnShared, Connection};
+use crate::limits::Admit;
 use crate::sim;
 use crate::{Config, ConnectError};
 
@@ -79,6 +80,8 @@ pub(crate) struct EndpointState {
 	pub(crate) proto: quinn_proto::Endpoint,
 	pub(crate) config: Config,
 	conns: HashMap<ConnectionHandle, Rc<ConnShared>>,
+	/// Server connections still handshaking, with the address the budget charged.
+	handshaking: HashMap<ConnectionHandle, IpAddr>,
 	accepted: VecDeque<Connection>,
 	accept_waiters: WaiterList,
 	drain_waiters: WaiterList,
@@ -205,6 +208,7 @@ impl Endpoint {
 				config,
 				conns: HashMap::new(),
 				accepted: VecDeque::new(),
+				handshaking: HashMap::new(),
 				accept_waiters: WaiterList::new(),
 				drain_waiters: WaiterList::new(),
 				tx: VecDeque::new(),
@@ -365,6 +369,16 @@ fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_prot
 	conn
 }
 
+impl EndpointState {
+	/// A server connection's handshake ended (completed, failed or timed out): its budget share
+	/// goes back.
+	fn handshake_over(&mut self, handle: ConnectionHandle) {
+		if let Some(ip) = self.handshaking.remove(&handle) {
+			self.config.handshakes.release(ip);
+		}
+	}
+}
+
 impl EndpointShared {
 	/// Queues a transmit for the sender.
 	pub(crate) fn queue(&self, out: Outgoing) {
@@ -409,6 +423,7 @@ impl EndpointShared {
 	/// The connection has drained: forget it.
 	pub(crate) fn forget(&self, handle: ConnectionHandle) {
 		let mut state = self.state.borrow_mut();
+		state.handshake_over(handle);
 		state.conns.remove(&handle);
 		if state.conns.is_empty() {
 			state.drain_waiters.wake();
@@ -421,6 +436,7 @@ impl EndpointShared {
 	/// A server connection completed its handshake.
 	pub(crate) fn established(&self, conn: Connection) {
 		let mut state = self.state.borrow_mut();
+		state.handshake_over(conn.0.shared.handle);
 		if state.closed {
 			return;
 		}
@@ -463,14 +479,43 @@ impl EndpointShared {
 					self.respond(transmit, &response);
 					state = self.state.borrow_mut();
 				} else {
+					let ip = incoming.remote_address().ip();
+					let budget = state.config.handshakes.clone();
+					match budget.admit(ip, incoming.remote_address_validated(), incoming.may_retry()) {
+						Admit::Accept => {}
+						Admit::Retry => {
+							let transmit = match state.proto.retry(incoming, &mut response) {
+								Ok(transmit) => transmit,
+								Err(err) => state.proto.refuse(err.into_incoming(), &mut response),
+							};
+							drop(state);
+							self.respond(transmit, &response);
+							let mut state = self.state.borrow_mut();
+							response.clear();
+							state.response = response;
+							return;
+						}
+						Admit::Refuse => {
+							let transmit = state.proto.refuse(incoming, &mut response);
+							state.stats.refused += 1;
+							drop(state);
+							self.respond(transmit, &response);
+							let mut state = self.state.borrow_mut();
+							response.clear();
+							state.response = response;
+							return;
+						}
+					}
 					match state.proto.accept(incoming, now, &mut response, None) {
 						Ok((handle, conn)) => {
+							state.handshaking.insert(handle, ip);
 							drop(state);
 							// Its driver hands it to `accept` once the handshake is complete.
 							adopt(self, handle, conn);
 							state = self.state.borrow_mut();
 						}
 						Err(error) => {
+							budget.release(ip);
 							state.stats.refused += 1;
 							if let Some(transmit) = error.response {
 								drop(state);

@@ -23,6 +23,7 @@
 
 mod connection;
 mod endpoint;
+pub mod limits;
 #[cfg(feature = "moq")]
 mod moq;
 pub mod scheduler;
@@ -35,6 +36,7 @@ use std::time::Duration;
 
 pub use connection::{Connection, StreamError, TX_DATAGRAM_BUDGET};
 pub use endpoint::{Endpoint, EndpointStats};
+pub use limits::{HandshakeBudget, HandshakeStats, Limits};
 #[cfg(feature = "moq")]
 pub use moq::{MoqRecv, MoqSend, closed_code};
 pub use quinn_proto::{ConnectionError, Dir, StreamId, TransportConfig, VarInt};
@@ -70,6 +72,8 @@ pub struct Config {
 	pub gro: bool,
 	/// The socket's kernel receive and send buffers, in bytes.
 	pub socket_buffer: usize,
+	/// Handshakes in progress, shared by every endpoint made from this configuration.
+	pub handshakes: Arc<HandshakeBudget>,
 }
 
 impl Config {
@@ -82,7 +86,23 @@ impl Config {
 			gso_segments: DEFAULT_GSO_SEGMENTS,
 			gro: true,
 			socket_buffer: DEFAULT_SOCKET_BUFFER,
+			handshakes: Arc::new(HandshakeBudget::new(Limits::default())),
 		}
+	}
+
+	/// Caps handshakes in progress (see [`limits`]).
+	pub fn with_limits(mut self, limits: Limits) -> Self {
+		self.handshakes = Arc::new(HandshakeBudget::new(limits));
+		self
+	}
+
+	/// Sets the transport settings of accepted connections (a server's receive windows and stream
+	/// limits, say); call after [`with_server`](Self::with_server).
+	pub fn with_server_transport(mut self, transport: TransportConfig) -> Self {
+		if let Some(server) = &mut self.server {
+			server.transport_config(Arc::new(transport));
+		}
+		self
 	}
 
 	/// Accepts connections with `certificate`, offering `alpn`.
@@ -132,13 +152,30 @@ impl Default for Config {
 ///
 /// MoQ opens a stream per group, so the peer may have 1,024 streams of each kind open (quinn's
 /// default is 100); idle connections time out after 30 s and keep-alives every 5 s keep a quiet
-/// subscriber's connection up. The rest is quinn-proto's default (CUBIC, MTU discovery from 1,200
-/// bytes, 1.25 MB stream receive windows).
+/// subscriber's connection up. What a peer can make us buffer is bounded: 1 MiB unread per
+/// stream and [`DEFAULT_RECEIVE_WINDOW`] over the whole connection (quinn's default connection
+/// window is unbounded), and 64 KiB of unread datagrams (quinn's default queues 1.25 MB; it drops
+/// the oldest when full). The rest is quinn-proto's default (CUBIC, MTU
+/// discovery from 1,200 bytes).
 pub fn transport() -> TransportConfig {
+	windows(DEFAULT_STREAM_RECEIVE_WINDOW, DEFAULT_RECEIVE_WINDOW, 1024)
+}
+
+/// Unread bytes one stream may hold by default.
+pub const DEFAULT_STREAM_RECEIVE_WINDOW: u32 = 1 << 20;
+/// Unread bytes a whole connection may hold by default: several of the largest keyframes in
+/// flight, small next to a relay's memory.
+pub const DEFAULT_RECEIVE_WINDOW: u32 = 4 << 20;
+
+/// [`transport`] with other receive windows (bytes) and stream limits (each direction).
+pub fn windows(stream: u32, connection: u32, streams: u32) -> TransportConfig {
 	let mut transport = TransportConfig::default();
 	transport
-		.max_concurrent_uni_streams(VarInt::from_u32(1024))
-		.max_concurrent_bidi_streams(VarInt::from_u32(1024))
+		.max_concurrent_uni_streams(VarInt::from_u32(streams))
+		.max_concurrent_bidi_streams(VarInt::from_u32(streams))
+		.stream_receive_window(VarInt::from_u32(stream))
+		.receive_window(VarInt::from_u32(connection.max(stream)))
+		.datagram_receive_buffer_size(Some(64 << 10))
 		.max_idle_timeout(Some(
 			Duration::from_secs(30)
 				.try_into()

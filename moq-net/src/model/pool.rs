@@ -66,7 +66,7 @@ impl Pool {
 
 	/// Whether more is charged than the budget, here or in a parent.
 	pub fn is_over(&self) -> bool {
-		self.used() > self.shared.capacity || self.shared.parent.as_ref().is_some_and(Pool::is_over)
+		self.used() > self.shared.capacity || self.shared.parent.as_ref().is_some_and(Self::is_over)
 	}
 
 	/// Whether `bytes` more fit, here and in the parents.
