@@ -264,7 +264,11 @@ fn pool_pressure_evicts_the_stalest_groups_of_the_track_that_writes() {
 			"the track that did not write kept its group"
 		);
 		assert_eq!(a_view.cached_sequences(), vec![1, 2]);
-		assert_eq!(pool.used(), 3 * 264, "never over budget: room is made before the charge");
+		assert_eq!(
+			pool.used(),
+			3 * 264,
+			"never over budget: room is made before the charge"
+		);
 		publish(&a, 3);
 		assert_eq!(a_view.cached_sequences(), vec![2, 3]);
 		assert_eq!(b_view.cached_sequences(), vec![0]);
@@ -555,12 +559,20 @@ fn a_future_start_never_hides_the_latest_and_leaves_nothing_when_withdrawn() {
 		start: Some(1_000_000_000),
 		..Subscription::default()
 	});
-	assert_eq!(track.subscription().unwrap().start, None, "the viewer still wants the latest");
+	assert_eq!(
+		track.subscription().unwrap().start,
+		None,
+		"the viewer still wants the latest"
+	);
 	let history = track.subscribe(Subscription {
 		start: Some(0),
 		..Subscription::default()
 	});
-	assert_eq!(track.subscription().unwrap().start, Some(0), "history the latest does not cover");
+	assert_eq!(
+		track.subscription().unwrap().start,
+		Some(0),
+		"history the latest does not cover"
+	);
 	drop(history);
 	drop(viewer);
 	assert_eq!(
@@ -631,7 +643,10 @@ fn a_path_too_deep_under_its_root_is_refused_where_it_is_made() {
 	let err = demo.create_broadcast(&deep, Route::default()).unwrap_err();
 	assert_eq!(err, Error::BoundsExceeded);
 	let long = Path::new(&"x".repeat(1020));
-	assert_eq!(demo.create_broadcast(&long, Route::default()).unwrap_err(), Error::BoundsExceeded);
+	assert_eq!(
+		demo.create_broadcast(&long, Route::default()).unwrap_err(),
+		Error::BoundsExceeded
+	);
 	let (_ok, _pub) = demo
 		.create_broadcast(&Path::new(&vec!["s"; 31].join("/")), Route::default())
 		.unwrap();
@@ -679,7 +694,10 @@ fn a_cursor_capped_below_the_live_edge_holds_sequences_not_groups_and_few_of_the
 	assert!(pool.used() <= pool.capacity());
 	capped.end_at(None);
 	let offered = drain(&mut capped, false);
-	assert!(!offered.is_empty() && offered.len() <= 16, "only groups still cached: {offered:?}");
+	assert!(
+		!offered.is_empty() && offered.len() <= 16,
+		"only groups still cached: {offered:?}"
+	);
 	assert!(offered.windows(2).all(|w| w[0] < w[1]));
 	assert_eq!(*offered.last().unwrap(), 1_999);
 }

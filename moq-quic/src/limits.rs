@@ -150,8 +150,16 @@ mod tests {
 		assert_eq!(budget.admit(a, false, true), Admit::Accept);
 		assert_eq!(budget.admit(a, true, true), Admit::Refuse, "a's share is spent");
 		assert_eq!(budget.admit(b, false, true), Admit::Accept);
-		assert_eq!(budget.admit(c, false, true), Admit::Retry, "past the threshold, validate first");
-		assert_eq!(budget.admit(c, false, false), Admit::Refuse, "a retried client that is still unvalidated");
+		assert_eq!(
+			budget.admit(c, false, true),
+			Admit::Retry,
+			"past the threshold, validate first"
+		);
+		assert_eq!(
+			budget.admit(c, false, false),
+			Admit::Refuse,
+			"a retried client that is still unvalidated"
+		);
 		assert_eq!(budget.admit(c, true, true), Admit::Accept);
 		assert_eq!(budget.admit(c, true, true), Admit::Refuse, "the total is spent");
 		budget.release(a);

@@ -22,6 +22,7 @@
 //! | `--shutdown-timeout DURATION` | `shutdown_timeout`           | `5s`                              |
 //! | `--cache-size SIZE`           | `cache_size`                 | `256MiB`                          |
 //! | `--max-connections N`         | `max_connections`            | no limit                          |
+//! | `--max-handshakes N` and the other limits | `[limits] ...`   | see [`crate::limits`]             |
 //!
 //! Anonymous access is granted by default only when nothing about it is configured and there is
 //! no key file, so adding a key file closes the relay unless anonymous prefixes are listed. A
@@ -43,6 +44,7 @@ use clap::{CommandFactory as _, Parser};
 use serde::Deserialize;
 
 use crate::auth::{Anonymous, AuthConfig};
+use crate::limits::{LimitOptions, Limits};
 
 /// The QUIC (UDP) and HTTP (TCP) port when none is given.
 pub const DEFAULT_PORT: u16 = 4443;
@@ -146,6 +148,10 @@ pub struct Args {
 	/// [file: max_connections] [default: no limit].
 	#[arg(long, value_name = "N")]
 	pub max_connections: Option<NonZeroUsize>,
+
+	/// What peers may make the relay hold.
+	#[command(flatten)]
+	pub limits: LimitOptions,
 }
 
 /// Where the TLS certificate comes from.
@@ -188,6 +194,8 @@ pub struct Config {
 	pub cache_size: u64,
 	/// The most connections at once; `None` for no limit.
 	pub max_connections: Option<usize>,
+	/// What peers may make the relay hold.
+	pub limits: Limits,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -205,6 +213,8 @@ struct File {
 	tls: TlsFile,
 	#[serde(default)]
 	auth: AuthFile,
+	#[serde(default)]
+	limits: LimitOptions,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -386,6 +396,11 @@ impl Config {
 			(None, None) => DEFAULT_CACHE_SIZE,
 		};
 		let max_connections = args.max_connections.or(file.max_connections).map(NonZeroUsize::get);
+		let limits = args
+			.limits
+			.over(file.limits)
+			.resolve()
+			.map_err(|e| anyhow::anyhow!("{}limits: {e}", prefix()))?;
 
 		Ok(Self {
 			file: args.config,
@@ -398,6 +413,7 @@ impl Config {
 			shutdown_timeout,
 			cache_size,
 			max_connections,
+			limits,
 		})
 	}
 

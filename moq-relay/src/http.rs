@@ -14,19 +14,22 @@
 //! body (which this server never reads) ends the connection after the response.
 //!
 //! Peer input is bounded: a request head over [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers gets
-//! `431`, an unparsable one `400`, and both end the connection. Each request must arrive, and
-//! its response be taken, within [`Routes::timeout`] of the connection becoming idle, so a
-//! client that connects and says nothing (or reads nothing) costs a task for that long at most.
-//! At most [`Routes::max_connections`] connections are served at once; more are closed as they
-//! are accepted. The server closes "lingering": it shuts its side down and reads what the peer
+//! `431`, an unparsable one `400`, and both end the connection. A new connection's first request
+//! head, and any head once its first byte came, must be complete within [`Routes::head_timeout`]
+//! (a slow sender holds a slot for that long at most); a keep-alive connection may wait
+//! [`Routes::timeout`] for its next request, and a response must be taken within it. At most
+//! [`Routes::max_connections`] connections are served at once and [`Routes::max_per_ip`] from
+//! one address (more from it are closed as they are accepted); when the table is full, the
+//! oldest connection waiting idle for a request is closed to make room, so clients that connect
+//! and say nothing cannot keep `/health` and `/certificate.sha256` from others. The server closes "lingering": it shuts its side down and reads what the peer
 //! still sends for a moment, so an unread request does not turn the close into a reset that
 //! would destroy the error response before the client reads it.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
@@ -52,6 +55,10 @@ pub struct Routes {
 	pub timeout: Duration,
 	/// Connections served at once.
 	pub max_connections: usize,
+	/// Connections served at once from one IP address.
+	pub max_per_ip: usize,
+	/// How long a request head may take, from the first byte (or from the connection's start).
+	pub head_timeout: Duration,
 }
 
 impl Routes {
@@ -63,7 +70,16 @@ impl Routes {
 			metrics: Rc::new(metrics),
 			timeout: Duration::from_secs(10),
 			max_connections: 256,
+			max_per_ip: 16,
+			head_timeout: Duration::from_secs(3),
 		}
+	}
+
+	/// With other per-address and request-head limits.
+	pub fn with_client_limits(mut self, max_per_ip: usize, head_timeout: Duration) -> Self {
+		self.max_per_ip = max_per_ip;
+		self.head_timeout = head_timeout;
+		self
 	}
 
 	/// With another timeout.
@@ -120,16 +136,66 @@ pub fn fingerprint(der: &[u8]) -> String {
 /// aborts the server's task, and idle keep-alive connections must not outlive it).
 #[derive(Default)]
 struct Connections {
-	tasks: RefCell<HashMap<u64, JoinHandle<()>>>,
+	/// By age: the lowest id is the oldest.
+	tasks: RefCell<BTreeMap<u64, Slot>>,
+	per_ip: RefCell<HashMap<IpAddr, usize>>,
 	next: Cell<u64>,
+}
+
+struct Slot {
+	task: JoinHandle<()>,
+	/// Waiting for a request with nothing of it read yet.
+	idle: Rc<Cell<bool>>,
+	ip: IpAddr,
+}
+
+impl Connections {
+	fn forget(&self, id: u64) {
+		let Some(slot) = self.tasks.borrow_mut().remove(&id) else {
+			return;
+		};
+		let mut per_ip = self.per_ip.borrow_mut();
+		if let Some(count) = per_ip.get_mut(&slot.ip) {
+			*count -= 1;
+			if *count == 0 {
+				per_ip.remove(&slot.ip);
+			}
+		}
+	}
+
+	/// Whether a connection from `ip` may be served, closing the oldest idle one if the table is
+	/// full.
+	fn admit(&self, ip: IpAddr, routes: &Routes) -> bool {
+		if self.per_ip.borrow().get(&ip).copied().unwrap_or(0) >= routes.max_per_ip {
+			return false;
+		}
+		if self.tasks.borrow().len() < routes.max_connections {
+			return true;
+		}
+		let oldest_idle = self
+			.tasks
+			.borrow()
+			.iter()
+			.find(|(_, slot)| slot.idle.get())
+			.map(|(&id, _)| id);
+		let Some(id) = oldest_idle else {
+			return false;
+		};
+		if let Some(slot) = self.tasks.borrow().get(&id) {
+			slot.task.abort();
+		}
+		self.forget(id);
+		true
+	}
 }
 
 struct AbortOnDrop(Rc<Connections>);
 
 impl Drop for AbortOnDrop {
 	fn drop(&mut self) {
-		for (_, task) in self.0.tasks.borrow_mut().drain() {
-			task.abort();
+		let tasks = std::mem::take(&mut *self.0.tasks.borrow_mut());
+		for (_, slot) in tasks {
+			slot.task.abort();
 		}
 	}
 }
@@ -149,23 +215,33 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 				continue;
 			}
 		};
-		if connections.tasks.borrow().len() >= routes.max_connections {
+		if !connections.admit(peer.ip(), &routes) {
 			tracing::debug!(%peer, "http: connection limit reached, closing");
 			continue;
 		}
 		let id = connections.next.get();
 		connections.next.set(id + 1);
+		let idle = Rc::new(Cell::new(true));
 		let task = kio::spawn({
 			let routes = routes.clone();
 			let connections = connections.clone();
+			let idle = idle.clone();
 			async move {
-				if let Err(e) = connection(stream, &routes).await {
+				if let Err(e) = connection(stream, &routes, &idle).await {
 					tracing::debug!(%peer, error = %e, "http: connection ended");
 				}
-				connections.tasks.borrow_mut().remove(&id);
+				connections.forget(id);
 			}
 		});
-		connections.tasks.borrow_mut().insert(id, task);
+		*connections.per_ip.borrow_mut().entry(peer.ip()).or_insert(0) += 1;
+		connections.tasks.borrow_mut().insert(
+			id,
+			Slot {
+				task,
+				idle,
+				ip: peer.ip(),
+			},
+		);
 	}
 }
 
@@ -326,14 +402,18 @@ async fn close(mut stream: TcpStream, deadline: &mut Deadline) -> io::Result<()>
 	Ok(())
 }
 
-async fn connection(mut stream: TcpStream, routes: &Routes) -> io::Result<()> {
+async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -> io::Result<()> {
 	// Responses are written whole; Nagle would only hold a keep-alive response back.
 	stream.set_nodelay(true)?;
 	let mut buf = Vec::with_capacity(1024);
 	let mut chunk = [0u8; 4096];
 	let mut deadline = Deadline::new(None);
+	// The first request must come soon; a keep-alive connection may wait longer for the next.
+	let mut wait = routes.head_timeout;
 	loop {
-		deadline.set(Some(kio::time::now() + routes.timeout));
+		deadline.set(Some(kio::time::now() + wait));
+		wait = routes.timeout;
+		idle.set(buf.is_empty());
 		let (head, len) = loop {
 			match parse(&buf) {
 				Parsed::Complete(head, len) => break (head, len),
@@ -353,7 +433,13 @@ async fn connection(mut stream: TcpStream, routes: &Routes) -> io::Result<()> {
 			let room = (MAX_HEAD - buf.len()).min(chunk.len());
 			match timed(&mut deadline, |w| stream.poll_read(w, &mut chunk[..room])).await {
 				Some(Ok(0)) => return Ok(()),
-				Some(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+				Some(Ok(n)) => {
+					if idle.replace(false) {
+						// A head has begun: the rest of it comes soon or not at all.
+						deadline.set(Some(kio::time::now() + routes.head_timeout));
+					}
+					buf.extend_from_slice(&chunk[..n]);
+				}
 				Some(Err(e)) => return Err(e),
 				None if buf.is_empty() => return Ok(()),
 				None => {
@@ -365,6 +451,8 @@ async fn connection(mut stream: TcpStream, routes: &Routes) -> io::Result<()> {
 			}
 		};
 		buf.drain(..len);
+		idle.set(false);
+		deadline.set(Some(kio::time::now() + routes.timeout));
 		let keep_alive = head.keep_alive && !head.has_body;
 		let response = routes.respond(&head);
 		let bytes = response.encode(head.method != "HEAD", !keep_alive);
@@ -629,22 +717,47 @@ mod tests {
 	}
 
 	#[test]
-	fn connections_beyond_the_limit_are_closed() {
+	fn a_full_table_closes_its_oldest_idle_connection() {
 		run(|| async {
 			let (addr, server, _) = server(|r| r.with_max_connections(2));
 			let mut first = TcpStream::connect(addr).await.unwrap();
 			let mut second = TcpStream::connect(addr).await.unwrap();
 			let mut third = TcpStream::connect(addr).await.unwrap();
-			// Accepted in order, so the third is over the limit.
+			// Accepted in order: the table is full at the third, and the first, idle the longest,
+			// makes room (before, the third was closed: idle clients held every slot).
 			let mut byte = [0u8; 1];
-			assert!(matches!(third.read(&mut byte).await, Ok(0) | Err(_)));
-			for stream in [&mut first, &mut second] {
+			assert!(matches!(first.read(&mut byte).await, Ok(0) | Err(_)));
+			for stream in [&mut second, &mut third] {
 				stream
 					.write_all(b"GET /health HTTP/1.1\r\nconnection: close\r\n\r\n")
 					.await
 					.unwrap();
 				assert!(read_to_end(stream).await.ends_with("ok\n"));
 			}
+			server.abort();
+		});
+	}
+
+	#[test]
+	fn one_address_gets_its_share_and_a_slow_head_is_cut() {
+		run(|| async {
+			let (addr, server, _) = server(|r| r.with_client_limits(2, Duration::from_millis(300)));
+			let mut held = Vec::new();
+			for _ in 0..2 {
+				held.push(TcpStream::connect(addr).await.unwrap());
+			}
+			// A third from the same address is closed at once.
+			let mut over = TcpStream::connect(addr).await.unwrap();
+			let mut byte = [0u8; 1];
+			assert!(matches!(over.read(&mut byte).await, Ok(0) | Err(_)));
+			// A head that starts but does not finish is cut after the head deadline, not the
+			// 10 s keep-alive timeout.
+			let slow = &mut held[0];
+			slow.write_all(b"GET /hea").await.unwrap();
+			let start = Instant::now();
+			let response = read_to_end(slow).await;
+			assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+			assert!(start.elapsed() < Duration::from_secs(5));
 			server.abort();
 		});
 	}

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 pub mod race;
 pub mod server;

@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use crate::auth::Auth;
 use crate::config::{Config, Tls};
 use crate::http::{self, Routes};
+use crate::limits::{Limits, escaped};
 use crate::metrics::{Kind, Prom};
 use crate::race::{Either, race};
 
@@ -51,6 +52,7 @@ struct Shared {
 	auth: Auth,
 	quic: moq_quic::Config,
 	pool: Pool,
+	limits: Limits,
 	counters: Arc<Counters>,
 	connections: AtomicU64,
 	connections_open: AtomicU64,
@@ -125,9 +127,16 @@ fn relay_id() -> u64 {
 pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -> anyhow::Result<()> {
 	let certificate = certificate(config)?;
 	let auth = Auth::new(&config.auth)?;
+	let limits = config.limits;
 	let quic = moq_quic::Config::new()
 		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05])
-		.context("TLS configuration")?;
+		.context("TLS configuration")?
+		.with_limits(limits.quic)
+		.with_server_transport(moq_quic::windows(
+			limits.stream_window,
+			limits.connection_window,
+			limits.streams,
+		));
 	let runtime = kio::Builder::new()
 		.workers(config.workers)
 		.build()
@@ -139,6 +148,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		auth,
 		quic,
 		pool: Pool::new(config.cache_size),
+		limits,
 		counters: Arc::new(Counters::default()),
 		connections: AtomicU64::new(0),
 		connections_open: AtomicU64::new(0),
@@ -192,9 +202,11 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 				.with_context(|| format!("binding TCP {addr} for HTTP"))?;
 				let bound_addr = listener.local_addr();
 				let metrics_shared = shared.clone();
-				let routes = Rc::new(Routes::new(fingerprint.clone(), move || {
-					render_metrics(&metrics_shared)
-				}));
+				let routes = Rc::new(
+					Routes::new(fingerprint.clone(), move || render_metrics(&metrics_shared))
+						.with_max_connections(limits.http_connections)
+						.with_client_limits(limits.http_per_ip, limits.http_head_timeout),
+				);
 				Some((kio::spawn(http::serve(listener, routes)), bound_addr))
 			}
 			None => None,
@@ -271,10 +283,13 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		conn.close(ErrorCode::Unroutable.code(), "too many connections");
 		return;
 	}
+	// Each session's ingest fills at most its share of the cache.
+	let share = shared.limits.session_cache.unwrap_or(shared.pool.capacity() / 4);
 	let config = session::Config {
 		origin: shared.relay_id,
-		pool: Some(shared.pool.clone()),
+		pool: Some(shared.pool.child(share)),
 		counters: Some(shared.counters.clone()),
+		limits: shared.limits.session,
 		..session::Config::default()
 	};
 	let peer = match race(session::setup(&conn, &config), kio::time::sleep(SETUP_TIMEOUT)).await {
@@ -294,7 +309,7 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		Ok(grant) => grant,
 		Err(err) => {
 			shared.refused.fetch_add(1, Ordering::Relaxed);
-			info!(%remote, path = %url.split('?').next().unwrap_or(""), %err, "refused");
+			info!(%remote, path = %escaped(url.split('?').next().unwrap_or("")), %err, "refused");
 			conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
 			return;
 		}
@@ -398,6 +413,69 @@ fn render_metrics(shared: &Shared) -> String {
 		"moq_relay_cache_capacity_bytes",
 		"The track cache's byte budget.",
 		shared.pool.capacity(),
+	);
+	let handshakes = shared.quic.handshakes.stats();
+	let limits = &shared.limits;
+	let counters = &shared.counters;
+	prom.gauge(
+		"moq_relay_handshakes",
+		"QUIC handshakes in progress.",
+		handshakes.in_progress,
+	)
+	.gauge(
+		"moq_relay_handshakes_limit",
+		"QUIC handshakes in progress allowed (limits.handshakes).",
+		limits.quic.handshakes as u64,
+	)
+	.counter(
+		"moq_relay_handshake_retries_total",
+		"QUIC Retries sent to validate addresses.",
+		handshakes.retries,
+	)
+	.counter(
+		"moq_relay_handshakes_refused_total",
+		"Connection attempts refused by the handshake limits.",
+		handshakes.refused,
+	)
+	.gauge(
+		"moq_relay_announces",
+		"Broadcasts sessions announce now (limits.announces per session).",
+		load(&counters.announces),
+	)
+	.gauge(
+		"moq_relay_broadcast_backups",
+		"Publications kept as backups behind the announced one.",
+		shared.origin.backups() as u64,
+	)
+	.gauge(
+		"moq_relay_subscriptions",
+		"Subscriptions open toward the relay (limits.subscriptions per session).",
+		load(&counters.subscriptions),
+	)
+	.gauge(
+		"moq_relay_track_requests",
+		"Tracks asked of publishing sessions now (limits.track_requests per session).",
+		load(&counters.track_requests),
+	)
+	.gauge(
+		"moq_relay_groups_in_flight",
+		"Group streams in flight to subscribers (limits.groups_in_flight per subscription).",
+		load(&counters.groups_in_flight),
+	)
+	.gauge(
+		"moq_relay_partial_bytes",
+		"Bytes of messages and frames received in part (limits.partial_bytes per session).",
+		load(&counters.partial_bytes),
+	)
+	.gauge(
+		"moq_relay_partial_bytes_limit",
+		"Bytes of partial input one session may hold (limits.partial_bytes).",
+		limits.session.partial_bytes,
+	)
+	.counter(
+		"moq_relay_budget_refusals_total",
+		"Requests, streams and groups refused or cut because a budget was spent.",
+		load(&counters.budget_refusals),
 	);
 	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
 	let monitors = &shared.monitors;

@@ -198,11 +198,14 @@ fn a_publisher_that_disconnects_ends_its_broadcast() {
 		let publisher_client = publisher(&relay, &endpoint, "/live", &origin).await.unwrap();
 		let viewer_origin = Origin::new(2);
 		let _viewer = viewer(&relay, &endpoint, "/live", &viewer_origin).await.unwrap();
-		let mut announcements = viewer_origin.consumer().announced(&Path::default());
 		let mut cursor = announced(&viewer_origin, "bbb")
 			.await
 			.subscribe_track("video", sub())
 			.unwrap();
+		// A watcher hears of an unannouncement only of what it heard announced (updates are
+		// coalesced per path): read the announcement first.
+		let mut announcements = viewer_origin.consumer().announced(&Path::default());
+		assert_eq!(announcements.next().await.path, Path::new("bbb"));
 		track.used().await;
 		publish(&track, 0);
 		assert_eq!(take(&mut cursor, 1).await, vec![(0, 0)]);

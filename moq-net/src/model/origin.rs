@@ -151,7 +151,9 @@ impl Cursor {
 	/// The next update, in the order paths became pending.
 	fn pop(&mut self) -> Option<Update> {
 		let path = self.order.front()?.clone();
-		let relative = path.strip_prefix(&self.root).expect("only paths under the root are queued");
+		let relative = path
+			.strip_prefix(&self.root)
+			.expect("only paths under the root are queued");
 		let pending = self.pending.get_mut(&path).expect("queued paths are pending");
 		if pending.unannounce {
 			pending.unannounce = false;

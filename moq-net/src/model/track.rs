@@ -135,7 +135,11 @@ impl Subscription {
 				_ => None,
 			};
 		}
-		if wants_latest && total.start.is_some_and(|start| latest.is_none_or(|latest| start > latest)) {
+		if wants_latest
+			&& total
+				.start
+				.is_some_and(|start| latest.is_none_or(|latest| start > latest))
+		{
 			total.start = None;
 		}
 		Some(total)

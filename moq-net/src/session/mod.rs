@@ -127,7 +127,7 @@ pub fn model_code(err: &model::Error) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
 	/// Broadcasts the peer may announce to us at once; further announcements are ignored (and
-	/// counted in [`Counters::announces_refused`]).
+	/// counted in [`Counters::budget_refusals`]).
 	pub announces: usize,
 	/// SUBSCRIBEs the peer may have open toward our publisher half; another is refused with
 	/// BoundsExceeded (11) on its stream.
@@ -201,8 +201,6 @@ pub struct Counters {
 	pub bytes_out: AtomicU64,
 	/// Broadcasts peers announce to us now (gauge).
 	pub announces: AtomicU64,
-	/// Announcements ignored because a session's budget was spent.
-	pub announces_refused: AtomicU64,
 	/// SUBSCRIBEs peers have open toward us (gauge).
 	pub subscriptions: AtomicU64,
 	/// Tracks asked of peers' broadcasts now (gauge).
@@ -231,7 +229,13 @@ pub struct PeerSetup {
 pub async fn setup<T: Transport>(transport: &T, config: &Config) -> Result<PeerSetup, SessionError> {
 	let result = exchange(transport, config).await;
 	if let Err(err) = &result {
-		transport.close(err.code(), "setup failed");
+		// Our own code: a peer that resets its SETUP stream with code N does not choose the code
+		// its connection is closed with.
+		let code = match err {
+			SessionError::Transport(_) => ErrorCode::Transport.code(),
+			err => err.code(),
+		};
+		transport.close(code, "setup failed");
 	}
 	result
 }

@@ -13,6 +13,7 @@ use moq_quic::{Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
 use moq_relay::config::{Config, Tls};
+use moq_relay::limits::Limits;
 use moq_relay::race::{Either, race};
 use moq_relay::server::{self, Bound, Shutdown};
 
@@ -36,6 +37,23 @@ impl Relay {
 	}
 
 	pub(crate) fn start_with(workers: usize, auth: AuthConfig) -> Self {
+		Self::start_configured(workers, auth, Limits::default(), 64 << 20)
+	}
+
+	/// Anonymous access everywhere, with `limits` and a cache of `cache_size` bytes.
+	pub(crate) fn start_limited(workers: usize, limits: Limits, cache_size: u64) -> Self {
+		Self::start_configured(
+			workers,
+			AuthConfig {
+				key_file: None,
+				anonymous: Anonymous::everything(),
+			},
+			limits,
+			cache_size,
+		)
+	}
+
+	pub(crate) fn start_configured(workers: usize, auth: AuthConfig, limits: Limits, cache_size: u64) -> Self {
 		let config = Config {
 			file: None,
 			listen: "127.0.0.1:0".parse().unwrap(),
@@ -47,8 +65,9 @@ impl Relay {
 			auth,
 			log_level: "warn".into(),
 			shutdown_timeout: Duration::from_secs(2),
-			cache_size: 64 << 20,
+			cache_size,
 			max_connections: None,
+			limits,
 		};
 		let (shutdown, watch) = Shutdown::new();
 		let (tx, rx) = std::sync::mpsc::channel();

@@ -1,0 +1,280 @@
+//! What peers may make the relay hold: one options type that is both the `[limits]` table of the
+//! config file and its flags, and the resolved limits the server applies.
+//!
+//! Adding a limit touches three places: a field of [`LimitOptions`] (its doc line is the flag's
+//! help), its default in [`Limits::default`], and its use. Every limit is charged where the memory
+//! is taken and shown in `/metrics`; the relay's README states what they add up to per
+//! connection, measured.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::config::{parse_duration, parse_size};
+
+/// The limits as flags and as the file's `[limits]` table: every field optional, so an absent
+/// flag lets the file's value through and an absent key the default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitOptions {
+	/// QUIC handshakes in progress at once, from everywhere; more are refused
+	/// [file: `[limits] handshakes`] [default: 1024].
+	#[arg(long = "max-handshakes", value_name = "N")]
+	pub handshakes: Option<usize>,
+	/// QUIC handshakes in progress at once from one IP address [file: `[limits] handshakes_per_ip`]
+	/// [default: 32].
+	#[arg(long = "max-handshakes-per-ip", value_name = "N")]
+	pub handshakes_per_ip: Option<usize>,
+	/// Handshakes in progress past which clients must first prove their address with a QUIC Retry
+	/// [file: `[limits] retry_above`] [default: 64].
+	#[arg(long = "retry-above", value_name = "N")]
+	pub retry_above: Option<usize>,
+	/// How long a QUIC handshake may take [file: `[limits] handshake_timeout`] [default: 10s].
+	#[arg(long = "handshake-timeout", value_name = "DURATION")]
+	pub handshake_timeout: Option<Span>,
+	/// Unread bytes a peer may leave on one QUIC stream [file: `[limits] stream_window`]
+	/// [default: 1MiB].
+	#[arg(long = "stream-window", value_name = "SIZE")]
+	pub stream_window: Option<Size>,
+	/// Unread bytes a peer may leave on one QUIC connection, over all its streams
+	/// [file: `[limits] connection_window`] [default: 4MiB].
+	#[arg(long = "connection-window", value_name = "SIZE")]
+	pub connection_window: Option<Size>,
+	/// Streams of each direction a peer may have open on one connection
+	/// [file: `[limits] streams`] [default: 1024].
+	#[arg(long = "max-streams", value_name = "N")]
+	pub streams: Option<u32>,
+	/// Broadcasts one session may announce at once; more are ignored
+	/// [file: `[limits] announces`] [default: 1024].
+	#[arg(long = "max-announces", value_name = "N")]
+	pub announces: Option<usize>,
+	/// Subscriptions one session may have open at once; more are refused with code 11
+	/// [file: `[limits] subscriptions`] [default: 1024].
+	#[arg(long = "max-subscriptions", value_name = "N")]
+	pub subscriptions: Option<usize>,
+	/// Tracks that may be asked at once of one publishing session's broadcasts; more are refused
+	/// [file: `[limits] track_requests`] [default: 1024].
+	#[arg(long = "max-track-requests", value_name = "N")]
+	pub track_requests: Option<usize>,
+	/// Group streams in flight per subscription; past it the oldest group of a lagging
+	/// subscriber is dropped [file: `[limits] groups_in_flight`] [default: 64].
+	#[arg(long = "max-groups-in-flight", value_name = "N")]
+	pub groups_in_flight: Option<usize>,
+	/// Bytes of messages and frames one session may have received in part
+	/// [file: `[limits] partial_bytes`] [default: 8MiB].
+	#[arg(long = "max-partial-bytes", value_name = "SIZE")]
+	pub partial_bytes: Option<Size>,
+	/// The share of the cache one publishing session may fill [file: `[limits] session_cache`]
+	/// [default: a quarter of --cache-size].
+	#[arg(long = "session-cache", value_name = "SIZE")]
+	pub session_cache: Option<Size>,
+	/// HTTP connections served at once [file: `[limits] http_connections`] [default: 256].
+	#[arg(long = "max-http-connections", value_name = "N")]
+	pub http_connections: Option<usize>,
+	/// HTTP connections served at once from one IP address [file: `[limits] http_per_ip`]
+	/// [default: 16].
+	#[arg(long = "max-http-per-ip", value_name = "N")]
+	pub http_per_ip: Option<usize>,
+	/// How long an HTTP request head may take [file: `[limits] http_head_timeout`]
+	/// [default: 3s].
+	#[arg(long = "http-head-timeout", value_name = "DURATION")]
+	pub http_head_timeout: Option<Span>,
+}
+
+/// The resolved limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+	/// See [`LimitOptions::handshakes`] and the others of the same name.
+	pub quic: moq_quic::Limits,
+	/// Unread bytes per stream.
+	pub stream_window: u32,
+	/// Unread bytes per connection.
+	pub connection_window: u32,
+	/// Streams per direction per connection.
+	pub streams: u32,
+	/// Per session.
+	pub session: moq_net::session::Limits,
+	/// Cache bytes per publishing session; `None` for a quarter of the cache.
+	pub session_cache: Option<u64>,
+	/// HTTP connections at once.
+	pub http_connections: usize,
+	/// HTTP connections at once per address.
+	pub http_per_ip: usize,
+	/// HTTP request head deadline.
+	pub http_head_timeout: Duration,
+}
+
+impl Default for Limits {
+	fn default() -> Self {
+		Self {
+			quic: moq_quic::Limits::default(),
+			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
+			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
+			streams: 1024,
+			session: moq_net::session::Limits::default(),
+			session_cache: None,
+			http_connections: 256,
+			http_per_ip: 16,
+			http_head_timeout: Duration::from_secs(3),
+		}
+	}
+}
+
+impl LimitOptions {
+	/// These options over `file`'s: a value given here wins.
+	pub fn over(self, file: Self) -> Self {
+		Self {
+			handshakes: self.handshakes.or(file.handshakes),
+			handshakes_per_ip: self.handshakes_per_ip.or(file.handshakes_per_ip),
+			retry_above: self.retry_above.or(file.retry_above),
+			handshake_timeout: self.handshake_timeout.or(file.handshake_timeout),
+			stream_window: self.stream_window.or(file.stream_window),
+			connection_window: self.connection_window.or(file.connection_window),
+			streams: self.streams.or(file.streams),
+			announces: self.announces.or(file.announces),
+			subscriptions: self.subscriptions.or(file.subscriptions),
+			track_requests: self.track_requests.or(file.track_requests),
+			groups_in_flight: self.groups_in_flight.or(file.groups_in_flight),
+			partial_bytes: self.partial_bytes.or(file.partial_bytes),
+			session_cache: self.session_cache.or(file.session_cache),
+			http_connections: self.http_connections.or(file.http_connections),
+			http_per_ip: self.http_per_ip.or(file.http_per_ip),
+			http_head_timeout: self.http_head_timeout.or(file.http_head_timeout),
+		}
+	}
+
+	/// The limits, defaults where nothing was given.
+	pub fn resolve(self) -> Result<Limits, String> {
+		let d = Limits::default();
+		let window = |size: Option<Size>, default: u32, name: &str| match size {
+			None => Ok(default),
+			Some(Size(bytes)) => u32::try_from(bytes)
+				.ok()
+				.filter(|&b| b >= 1024)
+				.ok_or(format!("{name}: {bytes} is not between 1KiB and 4GiB")),
+		};
+		Ok(Limits {
+			quic: moq_quic::Limits {
+				handshakes: self.handshakes.unwrap_or(d.quic.handshakes),
+				handshakes_per_ip: self.handshakes_per_ip.unwrap_or(d.quic.handshakes_per_ip),
+				retry_above: self.retry_above.unwrap_or(d.quic.retry_above),
+				handshake_timeout: self.handshake_timeout.map_or(d.quic.handshake_timeout, |s| s.0),
+			},
+			stream_window: window(self.stream_window, d.stream_window, "stream_window")?,
+			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
+			streams: self.streams.unwrap_or(d.streams),
+			session: moq_net::session::Limits {
+				announces: self.announces.unwrap_or(d.session.announces),
+				subscriptions: self.subscriptions.unwrap_or(d.session.subscriptions),
+				track_requests: self.track_requests.unwrap_or(d.session.track_requests),
+				groups_in_flight: self.groups_in_flight.unwrap_or(d.session.groups_in_flight).max(1),
+				partial_bytes: self.partial_bytes.map_or(d.session.partial_bytes, |s| s.0),
+			},
+			session_cache: self.session_cache.map(|s| s.0),
+			http_connections: self.http_connections.unwrap_or(d.http_connections).max(1),
+			http_per_ip: self.http_per_ip.unwrap_or(d.http_per_ip).max(1),
+			http_head_timeout: self.http_head_timeout.map_or(d.http_head_timeout, |s| s.0),
+		})
+	}
+}
+
+/// A byte size from a flag (`256MiB`) or the file (a string, or a number of bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl FromStr for Size {
+	type Err = String;
+	fn from_str(text: &str) -> Result<Self, String> {
+		parse_size(text).map(Self)
+	}
+}
+
+impl<'de> Deserialize<'de> for Size {
+	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+		#[derive(Deserialize)]
+		#[serde(untagged)]
+		enum Value {
+			Bytes(u64),
+			Text(String),
+		}
+		match Value::deserialize(deserializer)? {
+			Value::Bytes(bytes) => Ok(Self(bytes)),
+			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
+		}
+	}
+}
+
+/// A duration from a flag (`500ms`) or the file (a string, or a number of seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+	type Err = String;
+	fn from_str(text: &str) -> Result<Self, String> {
+		parse_duration(text).map(Self)
+	}
+}
+
+impl<'de> Deserialize<'de> for Span {
+	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+		#[derive(Deserialize)]
+		#[serde(untagged)]
+		enum Value {
+			Seconds(f64),
+			Text(String),
+		}
+		match Value::deserialize(deserializer)? {
+			Value::Seconds(secs) => Duration::try_from_secs_f64(secs)
+				.map(Self)
+				.map_err(|_| serde::de::Error::custom(format!("{secs} is not a duration"))),
+			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
+		}
+	}
+}
+
+/// `text` as a log field: peer-supplied strings are escaped (control characters, quotes and
+/// non-ASCII as Rust escapes, cut at 256 characters), so a path with a newline cannot forge a log
+/// line.
+pub fn escaped(text: &str) -> String {
+	let mut out: String = text.chars().take(256).flat_map(char::escape_default).collect();
+	if text.chars().count() > 256 {
+		out.push('…');
+	}
+	out
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+
+	#[test]
+	fn peer_strings_cannot_forge_log_lines() {
+		let forged = "/live\n2026-12-01T00:00:00Z  INFO moq_relay: admin logged in";
+		let line = escaped(forged);
+		assert!(!line.contains('\n'));
+		assert!(line.starts_with("/live\\n2026"));
+		assert_eq!(escaped("/a?jwt=x"), "/a?jwt=x");
+		assert_eq!(escaped(&"x".repeat(1000)).chars().count(), 257);
+		assert_eq!(escaped("\u{1b}[31m"), "\\u{1b}[31m");
+	}
+
+	#[test]
+	fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+		let file: LimitOptions =
+			toml::from_str("handshakes = 10\nstream_window = \"64KiB\"\nhttp_head_timeout = 1.5").unwrap();
+		let flags = LimitOptions {
+			handshakes: Some(20),
+			..LimitOptions::default()
+		};
+		let limits = flags.over(file).resolve().unwrap();
+		assert_eq!(limits.quic.handshakes, 20);
+		assert_eq!(limits.stream_window, 64 << 10);
+		assert_eq!(limits.http_head_timeout, Duration::from_millis(1500));
+		assert_eq!(limits.session, moq_net::session::Limits::default());
+		assert!(
+			toml::from_str::<LimitOptions>("handshake = 1").is_err(),
+			"a typo is an error"
+		);
+	}
+}
