@@ -152,7 +152,7 @@ impl LimitOptions {
 			Some(Size(bytes)) => u32::try_from(bytes)
 				.ok()
 				.filter(|&b| b >= 1024)
-				.ok_or(format!("{name}: {bytes} is not between 1KiB and 4GiB")),
+				.ok_or_else(|| format!("{name}: {bytes} is not between 1KiB and 4GiB")),
 		};
 		Ok(Limits {
 			quic: moq_quic::Limits {

@@ -284,7 +284,10 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		return;
 	}
 	// Each session's ingest fills at most its share of the cache.
-	let share = shared.limits.session_cache.unwrap_or(shared.pool.capacity() / 4);
+	let share = shared
+		.limits
+		.session_cache
+		.unwrap_or_else(|| shared.pool.capacity() / 4);
 	let config = session::Config {
 		origin: shared.relay_id,
 		pool: Some(shared.pool.child(share)),
