@@ -685,3 +685,28 @@ fn fetch_serves_a_cached_group_and_resets_an_unknown_one() {
 		);
 	});
 }
+
+#[test]
+fn track_names_asked_of_a_peers_broadcast_are_forgotten() {
+	// Before: every name asked for stayed recorded on the mirrored broadcast for its life, so a
+	// peer asking for a million names made the relay keep a million tracks.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher_origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let (_publisher, _relay_side) = connect(&relay, client(1, "/"), Some(&publisher_origin), None).await;
+		let mirrored = announced(&relay, "bbb").await;
+		let mut video = mirrored.subscribe_track("video", Subscription::default()).unwrap();
+		for i in 0..200 {
+			let mut unknown = mirrored.track(&format!("no-such-track-{i}")).unwrap();
+			assert!(unknown.recv_group().await.is_err(), "refused upstream");
+		}
+		// Each refused track is forgotten once its request ends.
+		while mirrored.tracks() > 1 {
+			kio::yield_now().await;
+		}
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
+	});
+}

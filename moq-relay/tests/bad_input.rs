@@ -12,82 +12,9 @@ use bytes::Bytes;
 use common::*;
 use moq_net::coding::Encode;
 use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup};
-use moq_net::model::{Origin, TrackConsumer, TrackProducer};
+use moq_net::model::Origin;
 use moq_net::session;
-use moq_quic::{Connection, ConnectionError, Endpoint};
-use moq_relay::client::Client;
-
-struct Healthy {
-	track: TrackProducer,
-	cursor: TrackConsumer,
-	next: u64,
-	_keep: (Client, Client, Origin, Origin),
-	_broadcast: (moq_net::model::BroadcastProducer, moq_net::model::Publication),
-}
-
-impl Healthy {
-	async fn new(relay: &Relay, endpoint: &Endpoint) -> Self {
-		let publisher_origin = Origin::new(1);
-		let (broadcast, track, publication) = local_broadcast(&publisher_origin, "bbb");
-		let publisher = publisher(relay, endpoint, "/", &publisher_origin).await.unwrap();
-		let viewer_origin = Origin::new(2);
-		let viewer = viewer(relay, endpoint, "/", &viewer_origin).await.unwrap();
-		let cursor = announced(&viewer_origin, "bbb")
-			.await
-			.subscribe_track("video", sub())
-			.unwrap();
-		track.used().await;
-		Self {
-			track,
-			cursor,
-			next: 0,
-			_keep: (publisher, viewer, publisher_origin, viewer_origin),
-			_broadcast: (broadcast, publication),
-		}
-	}
-
-	/// One more group, end to end.
-	async fn still_receives(&mut self) {
-		publish(&self.track, self.next);
-		assert_eq!(take(&mut self.cursor, 1).await, vec![(self.next, self.next)]);
-		self.next += 1;
-	}
-}
-
-/// A bare QUIC connection to the relay, with the SETUP exchange done when `setup` is set.
-async fn raw(relay: &Relay, endpoint: &Endpoint, setup: bool) -> Connection {
-	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
-		.unwrap()
-		.client
-		.unwrap();
-	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
-	conn.established().await.unwrap();
-	if setup {
-		let config = session::Config {
-			origin: 77,
-			path: Some("/".into()),
-			..session::Config::default()
-		};
-		session::setup(&conn, &config).await.unwrap();
-	}
-	conn
-}
-
-fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
-	let mut bytes = Vec::new();
-	kind.encode(&mut bytes);
-	message.encode(&mut bytes);
-	bytes
-}
-
-/// The application code the relay closed `conn` with.
-async fn close_code(conn: &Connection) -> u64 {
-	match conn.closed().await {
-		ConnectionError::ApplicationClosed(close) => close.error_code.into_inner(),
-		other => panic!("expected an application close, got {other:?}"),
-	}
-}
+use moq_quic::Connection;
 
 /// Runs one case: the offender must be closed with `code`, and the healthy viewer on the same
 /// worker receives before and after.

@@ -130,7 +130,20 @@ impl TcpStream {
 	/// Connects to `addr`. Dropping the future cancels the connect (the socket closes once the
 	/// kernel is done with it).
 	pub async fn connect(addr: SocketAddr) -> io::Result<Self> {
+		Self::connect_inner(None, addr).await
+	}
+
+	/// Connects to `addr` from the local address `local` (port 0 for any): a client that must
+	/// come from one interface or loopback address.
+	pub async fn connect_from(local: SocketAddr, addr: SocketAddr) -> io::Result<Self> {
+		Self::connect_inner(Some(local), addr).await
+	}
+
+	async fn connect_inner(local: Option<SocketAddr>, addr: SocketAddr) -> io::Result<Self> {
 		let fd = Rc::new(socket::socket(&addr, libc::SOCK_STREAM)?);
+		if let Some(local) = local {
+			socket::bind(&fd, local)?;
+		}
 		let mut op = tcp::connect(fd.clone(), addr)?;
 		let done = crate::wait(|w| op.poll(w)).await?;
 		done.result()?;

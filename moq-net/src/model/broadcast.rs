@@ -101,11 +101,6 @@ impl BroadcastProducer {
 		}
 	}
 
-	/// The number of tracks recorded (for tests and metrics).
-	pub fn tracks(&self) -> usize {
-		self.state.lock().tracks.len()
-	}
-
 	/// Requested tracks created from now on charge `pool` (a relay's shared cache budget).
 	pub fn set_pool(&self, pool: Pool) {
 		self.state.lock().pool = Some(pool);
@@ -247,6 +242,11 @@ impl BroadcastConsumer {
 		};
 		drop(wakes);
 		Ok(track)
+	}
+
+	/// The number of tracks recorded under a name (for tests and metrics).
+	pub fn tracks(&self) -> usize {
+		self.state.lock().tracks.len()
 	}
 
 	/// Whether the broadcast has ended.

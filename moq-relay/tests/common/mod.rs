@@ -5,11 +5,13 @@
 use std::future::Future;
 use std::time::Duration;
 
+use moq_net::coding::Encode;
 use moq_net::model::{
 	BroadcastConsumer, BroadcastProducer, Frame, Origin, OriginConsumer, OriginProducer, Path, Publication,
 	Subscription, Timestamp, TrackConsumer, TrackInfo, TrackProducer,
 };
-use moq_quic::{Endpoint, Verification};
+use moq_net::session;
+use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
 use moq_relay::config::{Config, Tls};
@@ -209,5 +211,85 @@ pub(crate) async fn within<F: Future>(limit: Duration, what: &str, future: F) ->
 	match race(future, kio::time::sleep(limit)).await {
 		Either::Left(out) => out,
 		Either::Right(()) => panic!("{what}: nothing after {limit:?}"),
+	}
+}
+
+// --- a healthy publisher → viewer pair, and raw moq-lite connections ---------------------------
+
+pub(crate) struct Healthy {
+	pub(crate) track: TrackProducer,
+	pub(crate) cursor: TrackConsumer,
+	pub(crate) next: u64,
+	_keep: (Client, Client, Origin, Origin),
+	_broadcast: (BroadcastProducer, Publication),
+}
+
+impl Healthy {
+	pub(crate) async fn new(relay: &Relay, endpoint: &Endpoint) -> Self {
+		let publisher_origin = Origin::new(1);
+		let (broadcast, track, publication) = local_broadcast(&publisher_origin, "bbb");
+		let publisher = publisher(relay, endpoint, "/", &publisher_origin).await.unwrap();
+		let viewer_origin = Origin::new(2);
+		let viewer = viewer(relay, endpoint, "/", &viewer_origin).await.unwrap();
+		let cursor = announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		track.used().await;
+		Self {
+			track,
+			cursor,
+			next: 0,
+			_keep: (publisher, viewer, publisher_origin, viewer_origin),
+			_broadcast: (broadcast, publication),
+		}
+	}
+
+	/// One more group, end to end.
+	pub(crate) async fn still_receives(&mut self) {
+		publish(&self.track, self.next);
+		let got = within(
+			Duration::from_secs(20),
+			"the healthy viewer's next group",
+			take(&mut self.cursor, 1),
+		)
+		.await;
+		assert_eq!(got, vec![(self.next, self.next)]);
+		self.next += 1;
+	}
+}
+
+/// A bare QUIC connection to the relay, with the SETUP exchange done when `setup` is set.
+pub(crate) async fn raw(relay: &Relay, endpoint: &Endpoint, setup: bool) -> Connection {
+	let client = moq_quic::Config::new()
+		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+		.unwrap()
+		.client
+		.unwrap();
+	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
+	conn.established().await.unwrap();
+	if setup {
+		let config = session::Config {
+			origin: 77,
+			path: Some("/".into()),
+			..session::Config::default()
+		};
+		session::setup(&conn, &config).await.unwrap();
+	}
+	conn
+}
+
+pub(crate) fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
+	let mut bytes = Vec::new();
+	kind.encode(&mut bytes);
+	message.encode(&mut bytes);
+	bytes
+}
+
+/// The application code the relay closed `conn` with.
+pub(crate) async fn close_code(conn: &Connection) -> u64 {
+	match conn.closed().await {
+		ConnectionError::ApplicationClosed(close) => close.error_code.into_inner(),
+		other => panic!("expected an application close, got {other:?}"),
 	}
 }

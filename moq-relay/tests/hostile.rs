@@ -1,0 +1,507 @@
+//! Hostile peers end to end: what one connection can make the relay do to others, and hold.
+//!
+//! Each test attacks an in-process relay over real loopback QUIC with a raw client that writes
+//! moq-lite bytes (or bare QUIC Initials, or idle TCP), then checks that a healthy publisher →
+//! viewer pair on the same relay keeps receiving every group and that the relay's budget gauges
+//! (from `/metrics`) stay under the configured limits. Each failed before its fix (see the commit
+//! that added it). The relay's resident memory under attack is measured on the real binary, in a
+//! process of its own, by `memory.rs`.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use kio::net::TcpStream;
+use moq_net::lite::{ControlType, Subscribe};
+use moq_net::model::{Origin, Path, Route, Subscription, TrackInfo};
+use moq_relay::limits::Limits;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The value of the unlabelled metric `name`.
+async fn metric(relay: &Relay, name: &str) -> u64 {
+	let body = moq_relay::http::get(relay.bound.http.unwrap(), "/metrics")
+		.await
+		.unwrap()
+		.body;
+	body.lines()
+		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+		.unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+/// Waits until `metric(name)` satisfies `ok`, polling the relay's metrics: a bound on a state the
+/// relay reaches, not a sleep in place of a signal.
+async fn metric_until(relay: &Relay, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+	within(LIMIT, name, async {
+		loop {
+			let value = metric(relay, name).await;
+			if ok(value) {
+				return value;
+			}
+			kio::time::sleep(Duration::from_millis(20)).await;
+		}
+	})
+	.await
+}
+
+fn subscribe_bytes(id: u64, broadcast: &str, track: &str, start: Option<u64>) -> Bytes {
+	Bytes::from(typed(
+		u64::from(ControlType::Subscribe),
+		&Subscribe {
+			id,
+			broadcast: Path::new(broadcast),
+			track: track.into(),
+			priority: 0,
+			ordered: false,
+			latency_max: Duration::from_secs(10),
+			start,
+			end: None,
+		},
+	))
+}
+
+#[test]
+fn a_future_start_then_a_disconnect_stops_nobody() {
+	// Before: the merged demand kept the attacker's start (an absent start was "no opinion"), the
+	// publisher raised its floor to it and never lowered it: every viewer, present and future,
+	// received nothing more.
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		healthy.still_receives().await;
+		let attacker = raw(&relay, &endpoint, true).await;
+		let (mut send, recv) = attacker.open_bi().await.unwrap();
+		send.write(subscribe_bytes(0, "bbb", "video", Some(1_000_000_000)))
+			.await
+			.unwrap();
+		metric_until(&relay, "moq_relay_subscriptions", |n| n >= 2).await;
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		drop((send, recv));
+		attacker.close(0, "bye");
+		metric_until(&relay, "moq_relay_subscriptions", |n| n == 1).await;
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		// A viewer that comes after the attacker left receives too.
+		let late_origin = Origin::new(9);
+		let _late = viewer(&relay, &endpoint, "/", &late_origin).await.unwrap();
+		let mut late = announced(&late_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		healthy.still_receives().await;
+		let seq = healthy.next;
+		publish(&healthy.track, seq);
+		healthy.next += 1;
+		within(LIMIT, "the late viewer", async {
+			loop {
+				let (got, _) = take(&mut late, 1).await[0];
+				if got == seq {
+					break;
+				}
+			}
+		})
+		.await;
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_second_publisher_takes_a_path_only_while_it_is_there() {
+	// Before: the second session's announcement replaced the first for good; when it left the
+	// path was empty (broadcasts 0) though the first publisher was still publishing.
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let first_origin = Origin::new(1);
+		let (_first_broadcast, track, _first_pub) = local_broadcast(&first_origin, "bbb");
+		let _first = publisher(&relay, &endpoint, "/", &first_origin).await.unwrap();
+		let viewer_origin = Origin::new(2);
+		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
+		announced(&viewer_origin, "bbb").await;
+		let attacker_origin = Origin::new(3);
+		let (_evil_broadcast, _evil_track, _evil_pub) = local_broadcast(&attacker_origin, "bbb");
+		let attacker = publisher(&relay, &endpoint, "/", &attacker_origin).await.unwrap();
+		metric_until(&relay, "moq_relay_broadcast_backups", |n| n == 1).await;
+		drop(attacker);
+		metric_until(&relay, "moq_relay_broadcast_backups", |n| n == 0).await;
+		assert_eq!(metric(&relay, "moq_relay_broadcasts").await, 1, "the first is back");
+		// A viewer now watches the first publisher again.
+		let mut cursor = within(LIMIT, "bbb back", async {
+			loop {
+				let broadcast = announced(&viewer_origin, "bbb").await;
+				if let Ok(cursor) = broadcast.subscribe_track("video", sub()) {
+					return cursor;
+				}
+			}
+		})
+		.await;
+		track.used().await;
+		for seq in 0..3 {
+			publish(&track, seq);
+			assert_eq!(within(LIMIT, "group", take(&mut cursor, 1)).await, vec![(seq, seq)]);
+		}
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_deep_path_under_a_root_never_breaks_root_watchers() {
+	// Before: a legal 32-segment suffix published under `/demo` was 33 segments seen from `/`;
+	// encoding it failed and reset the ANNOUNCE stream of every root-level watcher.
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let watcher_origin = Origin::new(2);
+		let _watcher = viewer(&relay, &endpoint, "/", &watcher_origin).await.unwrap();
+		let deep_origin = Origin::new(3);
+		let producer = deep_origin.producer();
+		let deep = vec!["s"; 32].join("/");
+		let _deep = producer.create_broadcast(&Path::new(&deep), Route::default()).unwrap();
+		// Announced after the deep one on the same stream (paths go in order): its arrival at the
+		// watcher shows the relay has dealt with the deep one.
+		let _after = producer.create_broadcast(&Path::new("zz"), Route::default()).unwrap();
+		let _deep_publisher = publisher(&relay, &endpoint, "/demo", &deep_origin).await.unwrap();
+		within(LIMIT, "demo/zz", announced(&watcher_origin, "demo/zz")).await;
+		// The watcher's announcements still flow: a broadcast announced now reaches it, and plays.
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let mut cursor = within(LIMIT, "bbb", announced(&watcher_origin, "bbb"))
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(within(LIMIT, "group", take(&mut cursor, 1)).await, vec![(0, 0)]);
+		assert!(
+			watcher_origin
+				.consumer()
+				.get_broadcast(&Path::new(&format!("demo/{deep}")))
+				.is_none()
+		);
+	});
+	relay.stop().unwrap();
+}
+
+/// Sends `count` QUIC Initials from `from`, each a new connection that never answers.
+fn initials(relay: &Relay, from: IpAddr, count: usize) {
+	let socket = UdpSocket::bind(SocketAddr::new(from, 0)).unwrap();
+	let client = moq_quic::Config::new()
+		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+		.unwrap()
+		.client
+		.unwrap();
+	let mut endpoint = quinn_proto::Endpoint::new(Arc::new(quinn_proto::EndpointConfig::default()), None, false, None);
+	let mut buf = Vec::new();
+	for _ in 0..count {
+		let now = Instant::now();
+		let (_, mut conn) = endpoint
+			.connect(now, client.clone(), relay.bound.quic, "localhost")
+			.unwrap();
+		buf.clear();
+		let transmit = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+		socket.send_to(&buf[..transmit.size], relay.bound.quic).unwrap();
+	}
+}
+
+#[test]
+fn half_open_handshakes_are_capped_per_address_and_in_total() {
+	// Before: no cap and no address validation; thousands of Initials from one socket each kept
+	// a connection for the idle timeout (hundreds of MB).
+	let limits = Limits {
+		quic: moq_quic::Limits {
+			handshakes: 256,
+			handshakes_per_ip: 32,
+			retry_above: 64,
+			handshake_timeout: Duration::from_secs(2),
+		},
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		healthy.still_receives().await;
+		initials(&relay, "127.0.0.2".parse().unwrap(), 3000);
+		let refused = metric_until(&relay, "moq_relay_handshakes_refused_total", |n| n > 2000).await;
+		let held = metric(&relay, "moq_relay_handshakes").await;
+		assert!(held <= 32, "{held} handshakes from one address");
+		// Many addresses: past 64 in progress, each must prove its address first (Retry), and a
+		// client that never answers costs nothing.
+		for i in 0..16u8 {
+			initials(&relay, IpAddr::from([127, 0, 1, i]), 40);
+		}
+		let retries = metric_until(&relay, "moq_relay_handshake_retries_total", |n| n > 0).await;
+		let held = metric(&relay, "moq_relay_handshakes").await;
+		assert!(held <= 64, "{held} handshakes in progress");
+		println!("3,640 Initials: {refused} refused, {retries} retried, {held} held");
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		// Past the handshake timeout, every half-open handshake is gone.
+		metric_until(&relay, "moq_relay_handshakes", |n| n == 0).await;
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
+	// Before: every group spawned a task holding the group for as long as the subscriber did not
+	// read, with no limit (1,024 streams open, then every further group waiting to open one).
+	let limits = Limits {
+		session: moq_net::session::Limits {
+			groups_in_flight: 16,
+			..moq_net::session::Limits::default()
+		},
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let stalled = raw(&relay, &endpoint, true).await;
+		let (mut send, _recv) = stalled.open_bi().await.unwrap();
+		send.write(subscribe_bytes(0, "bbb", "video", None)).await.unwrap();
+		metric_until(&relay, "moq_relay_subscriptions", |n| n >= 2).await;
+		for _ in 0..1500 {
+			healthy.still_receives().await;
+		}
+		let in_flight = metric(&relay, "moq_relay_groups_in_flight").await;
+		assert!(in_flight <= 16 + 1, "{in_flight} groups in flight");
+		assert!(metric(&relay, "moq_relay_budget_refusals_total").await > 0);
+		let cache = metric(&relay, "moq_relay_cache_bytes").await;
+		assert!(cache <= metric(&relay, "moq_relay_cache_capacity_bytes").await);
+		drop((send, _recv));
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
+	// Before: each stream buffered its partial message or frame whole (up to 64 KiB per message,
+	// 32 MiB per frame), for as many streams as the peer opened.
+	let limits = Limits {
+		session: moq_net::session::Limits {
+			partial_bytes: 1 << 20,
+			..moq_net::session::Limits::default()
+		},
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let attacker = raw(&relay, &endpoint, true).await;
+		let mut streams = Vec::new();
+		// 600 ANNOUNCE_REQUESTs, each declaring 60,000 bytes and sending 50,000: 30 MB held
+		// unfinished if nothing charged it.
+		for _ in 0..600 {
+			let (mut send, recv) = attacker.open_bi().await.unwrap();
+			let mut bytes = vec![u64::from(ControlType::Announce) as u8];
+			bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]); // varint 60,000
+			bytes.resize(5 + 50_000, b'x');
+			send.write(Bytes::from(bytes)).await.unwrap();
+			streams.push((send, recv));
+		}
+		let refusals = metric_until(&relay, "moq_relay_budget_refusals_total", |n| n > 0).await;
+		let held = metric(&relay, "moq_relay_partial_bytes").await;
+		assert!(held <= 1 << 20, "{held} partial bytes held");
+		println!("30 MB of unfinished messages: {refusals} streams refused, {held} bytes held");
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		drop(streams);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
+	// Before: every name asked for created a track on the publisher's broadcast, kept for the
+	// broadcast's life, with an upstream request each and no limit.
+	let limits = Limits {
+		session: moq_net::session::Limits {
+			track_requests: 32,
+			..moq_net::session::Limits::default()
+		},
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let attacker = raw(&relay, &endpoint, true).await;
+		let mut streams = Vec::new();
+		for id in 0..500 {
+			let (mut send, recv) = attacker.open_bi().await.unwrap();
+			send.write(subscribe_bytes(id, "bbb", &format!("no-such-track-{id}"), None))
+				.await
+				.unwrap();
+			streams.push((send, recv));
+		}
+		let peak = metric(&relay, "moq_relay_track_requests").await;
+		assert!(peak <= 32, "{peak} track requests");
+		// Every unknown name is refused upstream (NotFound) and its request ends: what is left is
+		// the healthy viewer's own track. (That the names are forgotten is moq-net's
+		// `track_names_asked_of_a_peers_broadcast_are_forgotten`.)
+		metric_until(&relay, "moq_relay_track_requests", |n| n == 1).await;
+		metric_until(&relay, "moq_relay_subscriptions", |n| n == 1).await;
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		drop(streams);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn announcements_past_a_sessions_budget_are_ignored() {
+	// Before: a session could announce without limit, each announcement kept in the origin.
+	let limits = Limits {
+		session: moq_net::session::Limits {
+			announces: 100,
+			..moq_net::session::Limits::default()
+		},
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let flood = Origin::new(7);
+		let producer = flood.producer();
+		let _broadcasts: Vec<_> = (0..2000)
+			.map(|i| producer.create_broadcast(&Path::new(&format!("flood/{i}")), Route::default()))
+			.collect();
+		let _flooder = publisher(&relay, &endpoint, "/", &flood).await.unwrap();
+		metric_until(&relay, "moq_relay_budget_refusals_total", |n| n >= 1900).await;
+		assert_eq!(
+			metric(&relay, "moq_relay_announces").await,
+			100 + 1,
+			"the flooder's 100 and bbb"
+		);
+		assert_eq!(metric(&relay, "moq_relay_broadcasts").await, 100 + 1);
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_setup_stream_reset_closes_with_the_relays_code_not_the_peers() {
+	// Before: a peer resetting its SETUP stream with code N had its connection closed with N.
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let conn = raw(&relay, &endpoint, false).await;
+		let mut setup = conn.open_uni().await.unwrap();
+		setup.write(Bytes::from_static(&[0x01])).await.unwrap();
+		setup.reset(4242);
+		assert_eq!(close_code(&conn).await, 4, "Transport (4), the relay's own code");
+	});
+	relay.stop().unwrap();
+}
+
+/// `GET /health` from the local address `from`; the status line, or the error.
+async fn health_from(relay: &Relay, from: IpAddr) -> std::io::Result<String> {
+	let mut stream = TcpStream::connect_from(SocketAddr::new(from, 0), relay.bound.http.unwrap()).await?;
+	stream
+		.write_all(b"GET /health HTTP/1.1\r\nconnection: close\r\n\r\n")
+		.await?;
+	let mut response = Vec::new();
+	let mut chunk = [0u8; 512];
+	loop {
+		match stream.read(&mut chunk).await? {
+			0 => break,
+			n => response.extend_from_slice(&chunk[..n]),
+		}
+	}
+	Ok(String::from_utf8_lossy(&response)
+		.lines()
+		.next()
+		.unwrap_or("")
+		.to_owned())
+}
+
+#[test]
+fn idle_http_clients_cannot_take_every_slot() {
+	// Before: a few hundred connections that said nothing held every slot; /health stopped
+	// answering and clients could not fetch the certificate's fingerprint.
+	let limits = Limits {
+		http_connections: 32,
+		http_per_ip: 16,
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(1, limits, 64 << 20);
+	runtime().block_on(async {
+		let http = relay.bound.http.unwrap();
+		let mut idle = Vec::new();
+		for i in 0..8u8 {
+			for _ in 0..40 {
+				if let Ok(stream) =
+					TcpStream::connect_from(SocketAddr::new(IpAddr::from([127, 0, 2, i]), 0), http).await
+				{
+					idle.push(stream);
+				}
+			}
+		}
+		for from in ["127.0.0.1", "127.0.3.1", "127.0.3.2"] {
+			let status = within(LIMIT, "health", health_from(&relay, from.parse().unwrap())).await;
+			assert_eq!(status.unwrap(), "HTTP/1.1 200 OK", "from {from}");
+		}
+		drop(idle);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn the_cache_never_exceeds_its_budget_however_many_tracks_a_publisher_fills() {
+	// Before: every track's latest group was kept outside the pool's control, so many tracks
+	// exceeded the cache budget without bound.
+	let relay = Relay::start_limited(2, Limits::default(), 4 << 20);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let origin = Origin::new(5);
+		let (broadcast, _publication) = origin
+			.producer()
+			.create_broadcast(&Path::new("big"), Route::default())
+			.unwrap();
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let viewer_origin = Origin::new(6);
+		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
+		let remote = announced(&viewer_origin, "big").await;
+		let mut cursors = Vec::new();
+		let mut tracks = Vec::new();
+		for i in 0..64 {
+			let name = format!("t{i}");
+			let track = broadcast.create_track(&name, TrackInfo::default()).unwrap();
+			cursors.push(remote.subscribe_track(&name, Subscription::default()).unwrap());
+			track.used().await;
+			let mut group = track.create_group(0).unwrap();
+			group
+				.write_frame(moq_net::model::Frame::new(
+					moq_net::model::Timestamp::new(0, 1000),
+					vec![0u8; 256 << 10],
+				))
+				.unwrap();
+			group.finish().unwrap();
+			tracks.push(track);
+		}
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		let cache = metric(&relay, "moq_relay_cache_bytes").await;
+		assert!(cache <= 4 << 20, "{cache} cache bytes against a budget of 4 MiB");
+	});
+	relay.stop().unwrap();
+}
