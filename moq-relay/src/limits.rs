@@ -41,8 +41,9 @@ pub struct LimitOptions {
 	/// [file: `[limits] connection_window`] [default: 4MiB].
 	#[arg(long = "connection-window", value_name = "SIZE")]
 	pub connection_window: Option<Size>,
-	/// Streams of each direction a peer may have open on one connection
-	/// [file: `[limits] streams`] [default: 1024].
+	/// Streams of each direction a peer may have open on one connection; quinn-proto keeps state
+	/// for each from the handshake on, about 64 bytes a stream [file: `[limits] streams`]
+	/// [default: 256].
 	#[arg(long = "max-streams", value_name = "N")]
 	pub streams: Option<u32>,
 	/// Broadcasts one session may announce at once; more are ignored
@@ -111,7 +112,10 @@ impl Default for Limits {
 			quic: moq_quic::Limits::default(),
 			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
-			streams: 1024,
+			// quinn-proto sets up every stream a peer may open at the handshake: 1,024 each way cost
+			// 170 KB per connection (handshake or idle), 256 cost 72 KB (tests/memory.rs). 256
+			// concurrent group streams or requests is far more than a publisher or viewer uses.
+			streams: 256,
 			session: moq_net::session::Limits::default(),
 			session_cache: None,
 			http_connections: 256,

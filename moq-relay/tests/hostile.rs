@@ -9,9 +9,8 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
@@ -24,13 +23,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// The value of the unlabelled metric `name`.
 async fn metric(relay: &Relay, name: &str) -> u64 {
-	let body = moq_relay::http::get(relay.bound.http.unwrap(), "/metrics")
-		.await
-		.unwrap()
-		.body;
-	body.lines()
-		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-		.unwrap_or_else(|| panic!("no metric {name}"))
+	metric_at(relay.bound.http.unwrap(), name).await
 }
 
 /// Waits until `metric(name)` satisfies `ok`, polling the relay's metrics: a bound on a state the
@@ -189,27 +182,6 @@ fn a_deep_path_under_a_root_never_breaks_root_watchers() {
 		);
 	});
 	relay.stop().unwrap();
-}
-
-/// Sends `count` QUIC Initials from `from`, each a new connection that never answers.
-fn initials(relay: &Relay, from: IpAddr, count: usize) {
-	let socket = UdpSocket::bind(SocketAddr::new(from, 0)).unwrap();
-	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
-		.unwrap()
-		.client
-		.unwrap();
-	let mut endpoint = quinn_proto::Endpoint::new(Arc::new(quinn_proto::EndpointConfig::default()), None, false, None);
-	let mut buf = Vec::new();
-	for _ in 0..count {
-		let now = Instant::now();
-		let (_, mut conn) = endpoint
-			.connect(now, client.clone(), relay.bound.quic, "localhost")
-			.unwrap();
-		buf.clear();
-		let transmit = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
-		socket.send_to(&buf[..transmit.size], relay.bound.quic).unwrap();
-	}
 }
 
 #[test]

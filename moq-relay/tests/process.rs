@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::within;
+use common::{RELAY, Running, within};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -19,8 +19,6 @@ use moq_net::model::Origin;
 use moq_quic::{ConnectionError, Verification};
 use moq_relay::client::{self, Url};
 use moq_relay::http;
-
-const RELAY: &str = env!("CARGO_BIN_EXE_moq-relay");
 
 /// How long a process gets to start or to exit.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -53,88 +51,6 @@ fn run(args: &[&str]) -> (ExitStatus, String, String) {
 	child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
 	child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
 	(status, stdout, stderr)
-}
-
-/// A relay process on an ephemeral loopback port with two workers; killed if still running
-/// when dropped (a failed test leaves no process behind).
-struct Running {
-	child: Child,
-	quic: SocketAddr,
-	http: SocketAddr,
-	fingerprint: String,
-}
-
-impl Running {
-	fn start() -> Self {
-		let mut child = Command::new(RELAY)
-			.args(["--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"])
-			.args(["--shutdown-timeout", "2s"])
-			.stdin(Stdio::null())
-			.stdout(Stdio::piped())
-			.stderr(Stdio::piped())
-			.spawn()
-			.expect("starting the relay");
-		let stdout = child.stdout.take().unwrap();
-		let (tx, rx) = mpsc::channel();
-		// Read to its end all along, even once the lines are no longer wanted: closing the pipe
-		// early would make the relay's later banner lines fail.
-		std::thread::spawn(move || {
-			for line in BufReader::new(stdout).lines() {
-				let Ok(line) = line else { break };
-				let _ = tx.send(line);
-			}
-		});
-		// Read to its end all along, so the relay never writes into a full or closed pipe.
-		let mut stderr = child.stderr.take().unwrap();
-		let stderr = std::thread::spawn(move || {
-			let mut text = String::new();
-			let _ = stderr.read_to_string(&mut text);
-			text
-		});
-		let (mut quic, mut http, mut fingerprint) = (None, None, None);
-		let start = Instant::now();
-		while quic.is_none() || http.is_none() || fingerprint.is_none() {
-			let left = LIMIT.saturating_sub(start.elapsed());
-			let Ok(line) = rx.recv_timeout(left) else {
-				let _ = child.kill();
-				let _ = child.wait();
-				let stderr = stderr.join().unwrap_or_default();
-				panic!("the relay did not say where it listens; stderr:\n{stderr}");
-			};
-			if let Some(addr) = line.strip_prefix("moq-relay: QUIC (ALPN moq-lite-05) on udp ") {
-				quic = Some(addr.parse::<SocketAddr>().expect("the QUIC address"));
-			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP on tcp ") {
-				let addr = rest.split_once(": ").map_or(rest, |(addr, _)| addr);
-				http = Some(addr.parse::<SocketAddr>().expect("the HTTP address"));
-			} else if let Some(hex) = line.strip_prefix("moq-relay: certificate sha256 ") {
-				fingerprint = Some(hex.to_owned());
-			}
-		}
-		Self {
-			child,
-			quic: quic.unwrap(),
-			http: http.unwrap(),
-			fingerprint: fingerprint.unwrap(),
-		}
-	}
-
-	fn signal(&self, name: &str) {
-		let status = Command::new("kill")
-			.arg(format!("-{name}"))
-			.arg(self.child.id().to_string())
-			.status()
-			.expect("running kill");
-		assert!(status.success(), "kill -{name}: {status}");
-	}
-}
-
-impl Drop for Running {
-	fn drop(&mut self) {
-		if let Ok(None) = self.child.try_wait() {
-			let _ = self.child.kill();
-			let _ = self.child.wait();
-		}
-	}
 }
 
 /// Starts the relay, checks it serves HTTP and QUIC, sends `signal` with a session open, and

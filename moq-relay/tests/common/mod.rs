@@ -3,7 +3,12 @@
 #![allow(dead_code)] // Each test crate uses a different subset.
 
 use std::future::Future;
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use moq_net::coding::Encode;
 use moq_net::model::{
@@ -72,7 +77,7 @@ impl Relay {
 			limits,
 		};
 		let (shutdown, watch) = Shutdown::new();
-		let (tx, rx) = std::sync::mpsc::channel();
+		let (tx, rx) = mpsc::channel();
 		let thread = std::thread::spawn(move || server::run(&config, watch, move |bound| tx.send(bound).unwrap()));
 		let bound = rx.recv().expect("the relay started");
 		Self {
@@ -261,12 +266,22 @@ impl Healthy {
 
 /// A bare QUIC connection to the relay, with the SETUP exchange done when `setup` is set.
 pub(crate) async fn raw(relay: &Relay, endpoint: &Endpoint, setup: bool) -> Connection {
+	raw_to(endpoint, relay.bound.quic, &relay.verification(), setup).await
+}
+
+/// A bare QUIC connection to `addr`, with the SETUP exchange done when `setup` is set.
+pub(crate) async fn raw_to(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	verification: &Verification,
+	setup: bool,
+) -> Connection {
 	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+		.with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])
 		.unwrap()
 		.client
 		.unwrap();
-	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
+	let conn = endpoint.connect_with(client, addr, "localhost").unwrap();
 	conn.established().await.unwrap();
 	if setup {
 		let config = session::Config {
@@ -292,4 +307,149 @@ pub(crate) async fn close_code(conn: &Connection) -> u64 {
 		ConnectionError::ApplicationClosed(close) => close.error_code.into_inner(),
 		other => panic!("expected an application close, got {other:?}"),
 	}
+}
+
+/// Sends `count` QUIC Initials from `from`, each a new connection that never answers.
+pub(crate) fn initials(relay: &Relay, from: IpAddr, count: usize) {
+	initials_to(relay.bound.quic, &relay.verification(), from, count);
+}
+
+/// Sends `count` QUIC Initials to `to` from `from`, each a new connection that never answers.
+pub(crate) fn initials_to(to: SocketAddr, verification: &Verification, from: IpAddr, count: usize) {
+	let socket = UdpSocket::bind(SocketAddr::new(from, 0)).unwrap();
+	let client = moq_quic::Config::new()
+		.with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])
+		.unwrap()
+		.client
+		.unwrap();
+	let mut endpoint = quinn_proto::Endpoint::new(Arc::new(quinn_proto::EndpointConfig::default()), None, false, None);
+	let mut buf = Vec::new();
+	for _ in 0..count {
+		let now = Instant::now();
+		let (_, mut conn) = endpoint.connect(now, client.clone(), to, "localhost").unwrap();
+		buf.clear();
+		let transmit = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+		socket.send_to(&buf[..transmit.size], to).unwrap();
+	}
+}
+
+// --- the relay binary as a process -------------------------------------------------------------
+
+/// The relay binary cargo built for these tests.
+pub(crate) const RELAY: &str = env!("CARGO_BIN_EXE_moq-relay");
+
+/// How long a relay process gets to start.
+const PROCESS_LIMIT: Duration = Duration::from_secs(10);
+
+/// A relay process on an ephemeral loopback port with two workers; killed if still running
+/// when dropped (a failed test leaves no process behind).
+pub(crate) struct Running {
+	pub(crate) child: Child,
+	pub(crate) quic: SocketAddr,
+	pub(crate) http: SocketAddr,
+	pub(crate) fingerprint: String,
+}
+
+impl Running {
+	pub(crate) fn start() -> Self {
+		Self::start_with(&[])
+	}
+
+	/// With `args` after the defaults above.
+	pub(crate) fn start_with(args: &[&str]) -> Self {
+		let mut child = Command::new(RELAY)
+			.args(["--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"])
+			.args(["--shutdown-timeout", "2s"])
+			.args(args)
+			.stdin(Stdio::null())
+			.stdout(Stdio::piped())
+			.stderr(Stdio::piped())
+			.spawn()
+			.expect("starting the relay");
+		let stdout = child.stdout.take().unwrap();
+		let (tx, rx) = mpsc::channel();
+		// Read to its end all along, even once the lines are no longer wanted: closing the pipe
+		// early would make the relay's later banner lines fail.
+		std::thread::spawn(move || {
+			for line in BufReader::new(stdout).lines() {
+				let Ok(line) = line else { break };
+				let _ = tx.send(line);
+			}
+		});
+		// Read to its end all along, so the relay never writes into a full or closed pipe.
+		let mut stderr = child.stderr.take().unwrap();
+		let stderr = std::thread::spawn(move || {
+			let mut text = String::new();
+			let _ = stderr.read_to_string(&mut text);
+			text
+		});
+		let (mut quic, mut http, mut fingerprint) = (None, None, None);
+		let start = Instant::now();
+		while quic.is_none() || http.is_none() || fingerprint.is_none() {
+			let left = PROCESS_LIMIT.saturating_sub(start.elapsed());
+			let Ok(line) = rx.recv_timeout(left) else {
+				let _ = child.kill();
+				let _ = child.wait();
+				let stderr = stderr.join().unwrap_or_default();
+				panic!("the relay did not say where it listens; stderr:\n{stderr}");
+			};
+			if let Some(addr) = line.strip_prefix("moq-relay: QUIC (ALPN moq-lite-05) on udp ") {
+				quic = Some(addr.parse::<SocketAddr>().expect("the QUIC address"));
+			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP on tcp ") {
+				let addr = rest.split_once(": ").map_or(rest, |(addr, _)| addr);
+				http = Some(addr.parse::<SocketAddr>().expect("the HTTP address"));
+			} else if let Some(hex) = line.strip_prefix("moq-relay: certificate sha256 ") {
+				fingerprint = Some(hex.to_owned());
+			}
+		}
+		Self {
+			child,
+			quic: quic.unwrap(),
+			http: http.unwrap(),
+			fingerprint: fingerprint.unwrap(),
+		}
+	}
+
+	pub(crate) fn signal(&self, name: &str) {
+		let status = Command::new("kill")
+			.arg(format!("-{name}"))
+			.arg(self.child.id().to_string())
+			.status()
+			.expect("running kill");
+		assert!(status.success(), "kill -{name}: {status}");
+	}
+}
+
+impl Drop for Running {
+	fn drop(&mut self) {
+		if let Ok(None) = self.child.try_wait() {
+			let _ = self.child.kill();
+			let _ = self.child.wait();
+		}
+	}
+}
+
+impl Running {
+	/// The process's resident set, in bytes (`/proc/PID/status`).
+	pub(crate) fn rss(&self) -> u64 {
+		let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+		let kb: u64 = status
+			.lines()
+			.find_map(|line| line.strip_prefix("VmRSS:"))
+			.and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+			.unwrap();
+		kb * 1024
+	}
+
+	pub(crate) fn verification(&self) -> Verification {
+		Verification::Fingerprints(vec![moq_quic::tls::parse_fingerprint(&self.fingerprint).unwrap()])
+	}
+}
+
+/// The value of the unlabelled metric `name` served at `http`.
+pub(crate) async fn metric_at(http: SocketAddr, name: &str) -> u64 {
+	let body = moq_relay::http::get(http, "/metrics").await.unwrap().body;
+	body.lines()
+		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+		.unwrap_or_else(|| panic!("no metric {name}"))
 }

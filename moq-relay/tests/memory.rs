@@ -1,0 +1,193 @@
+//! What a peer can make the relay process hold, measured on the real binary in a process of its
+//! own (resident set from `/proc/PID/status`; the attacking clients run in this test's process):
+//!
+//! - **Y**, a handshake in progress: Initials that are never answered, per connection;
+//! - **Z**, an idle established connection: QUIC and SETUP, nothing else, per connection;
+//! - **X**, one connection at its worst: unfinished messages on as many streams as it may open
+//!   (the partial-bytes budget and the receive window are what bound it), then an announcement
+//!   flood up to its budget.
+//!
+//! Each figure is printed (`cargo test -p moq-relay --release --test memory -- --nocapture`) and
+//! checked against a bound well above what was measured and well below what the same attack held
+//! before the budgets (see the relay's README for both). Resident memory moves in allocator-sized
+//! steps, so only large counts give per-connection figures worth stating.
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use moq_net::lite::ControlType;
+use moq_net::model::{Origin, Path, Route};
+use moq_quic::Endpoint;
+use moq_relay::client;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn mib(bytes: u64) -> f64 {
+	bytes as f64 / f64::from(1 << 20)
+}
+
+/// Waits until the relay's metric `name` satisfies `ok` (polling `/metrics`: a bound on a state
+/// the relay reaches, not a sleep standing in for a signal).
+async fn until(relay: &Running, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+	within(LIMIT, name, async {
+		loop {
+			let value = metric_at(relay.http, name).await;
+			if ok(value) {
+				return value;
+			}
+			kio::time::sleep(Duration::from_millis(20)).await;
+		}
+	})
+	.await
+}
+
+/// RSS once it has settled: two readings 100 ms apart that agree within 64 KiB.
+async fn settled_rss(relay: &Running) -> u64 {
+	let mut last = relay.rss();
+	for _ in 0..50 {
+		kio::time::sleep(Duration::from_millis(100)).await;
+		let now = relay.rss();
+		if now.abs_diff(last) < 64 << 10 {
+			return now;
+		}
+		last = now;
+	}
+	last
+}
+
+async fn warm_up(relay: &Running, endpoint: &Endpoint) {
+	// One connection through every worker-side path first, so its one-off allocations are not
+	// charged to what follows.
+	for _ in 0..4 {
+		let conn = raw_to(endpoint, relay.quic, &relay.verification(), true).await;
+		conn.close(0, "warm-up");
+	}
+	until(relay, "moq_relay_sessions", |n| n == 0).await;
+}
+
+#[test]
+fn a_handshake_in_progress_and_an_idle_connection() {
+	const HANDSHAKES: usize = 1000;
+	const IDLE: usize = 200;
+	let relay = Running::start_with(&[
+		"--max-handshakes",
+		"5000",
+		"--max-handshakes-per-ip",
+		"5000",
+		"--retry-above",
+		"5000",
+		"--handshake-timeout",
+		"60s",
+	]);
+	runtime().block_on(async {
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		warm_up(&relay, &endpoint).await;
+		let base = settled_rss(&relay).await;
+		initials_to(
+			relay.quic,
+			&relay.verification(),
+			IpAddr::from([127, 0, 0, 2]),
+			HANDSHAKES,
+		);
+		until(&relay, "moq_relay_handshakes", |n| n == HANDSHAKES as u64).await;
+		let held = settled_rss(&relay).await;
+		let per_handshake = held.saturating_sub(base) / HANDSHAKES as u64;
+		println!(
+			"Y: {HANDSHAKES} handshakes in progress: RSS {:.1} -> {:.1} MiB, {per_handshake} bytes each",
+			mib(base),
+			mib(held)
+		);
+		assert!(per_handshake < 128 << 10, "{per_handshake} bytes per handshake");
+
+		let base = held;
+		let mut idle = Vec::new();
+		for _ in 0..IDLE {
+			idle.push(raw_to(&endpoint, relay.quic, &relay.verification(), true).await);
+		}
+		until(&relay, "moq_relay_sessions", |n| n == IDLE as u64).await;
+		let held = settled_rss(&relay).await;
+		let per_connection = held.saturating_sub(base) / IDLE as u64;
+		println!(
+			"Z: {IDLE} idle established connections: RSS {:.1} -> {:.1} MiB, {per_connection} bytes each",
+			mib(base),
+			mib(held)
+		);
+		assert!(per_connection < 256 << 10, "{per_connection} bytes per idle connection");
+		drop(idle);
+	});
+}
+
+#[test]
+fn one_connection_at_its_worst() {
+	let relay = Running::start();
+	runtime().block_on(async {
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		warm_up(&relay, &endpoint).await;
+		let base = settled_rss(&relay).await;
+		let attacker = raw_to(&endpoint, relay.quic, &relay.verification(), true).await;
+		// Unfinished ANNOUNCE_REQUESTs, 60,000 bytes declared and 50,000 sent, on 1,000 streams:
+		// 50 MB the relay would hold if nothing charged it.
+		let mut streams = Vec::new();
+		for _ in 0..1000 {
+			let (mut send, recv) = attacker.open_bi().await.unwrap();
+			let mut bytes = vec![u64::from(ControlType::Announce) as u8];
+			bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]);
+			bytes.resize(5 + 50_000, b'x');
+			send.write(Bytes::from(bytes)).await.unwrap();
+			streams.push((send, recv));
+		}
+		until(&relay, "moq_relay_budget_refusals_total", |n| n > 0).await;
+		let partial = metric_at(relay.http, "moq_relay_partial_bytes").await;
+		let held = settled_rss(&relay).await;
+		println!(
+			"X (partial input): {:.1} MiB held unfinished by the budget; RSS {:.1} -> {:.1} MiB (+{:.1})",
+			mib(partial),
+			mib(base),
+			mib(held),
+			mib(held.saturating_sub(base))
+		);
+		assert!(held.saturating_sub(base) < 32 << 20, "{:.1} MiB", mib(held - base));
+		drop(streams);
+	});
+}
+
+#[test]
+fn one_connection_announcing_past_its_budget() {
+	// In a relay of its own: freed memory from another attack would hide what this one takes.
+	let relay = Running::start();
+	runtime().block_on(async {
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		warm_up(&relay, &endpoint).await;
+		let base = settled_rss(&relay).await;
+		let flood = Origin::new(7);
+		let producer = flood.producer();
+		let _broadcasts: Vec<_> = (0..4096)
+			.map(|i| producer.create_broadcast(&Path::new(&format!("flood/{i:05}")), Route::default()))
+			.collect();
+		let url = client::Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
+		let _flooder = client::connect(
+			&endpoint,
+			relay.quic,
+			&url,
+			&relay.verification(),
+			7,
+			Some(flood.consumer()),
+			None,
+		)
+		.await
+		.unwrap();
+		until(&relay, "moq_relay_broadcasts", |n| n == 1024).await;
+		let held = settled_rss(&relay).await;
+		println!(
+			"X (announcements): 1024 of 4096 kept; RSS {:.1} -> {:.1} MiB (+{:.1})",
+			mib(base),
+			mib(held),
+			mib(held.saturating_sub(base))
+		);
+		assert!(held.saturating_sub(base) < 16 << 20);
+	});
+}
