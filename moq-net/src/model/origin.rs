@@ -221,8 +221,9 @@ impl OriginState {
 				wakes.append(cursor.push(path, None));
 			}
 			if saw_old && sees_new {
-				// The old one goes, then the new one comes: two entries, coalesced in one.
-				drop(cursor.push(path, None));
+				// The old one goes, then the new one comes: two updates, coalesced in one entry.
+				// (Wakes are collected, never dropped here: dropping wakes them under the lock.)
+				wakes.append(cursor.push(path, None));
 				wakes.append(cursor.push(path, active));
 			} else if sees_new {
 				wakes.append(cursor.push(path, active));
