@@ -72,7 +72,8 @@ pub struct GroupProducer {
 	sequence: u64,
 	state: GroupRef,
 	done: bool,
-	/// The track that created it, which makes room in the pool when it is full.
+	/// The track that created it, which makes room in the pool when it is full (only for groups
+	/// that charge a pool).
 	pub(crate) track: Option<Lock<TrackState>>,
 }
 
@@ -116,25 +117,21 @@ impl GroupProducer {
 	/// oldest frames. A frame the pool cannot take ends the group with [`Error::Evicted`].
 	pub fn write_frame(&mut self, frame: Frame) -> Result<(), Error> {
 		let cost = frame_cost(&frame);
-		let pool = {
-			let state = self.state.lock();
-			if let Some(end) = &state.end {
-				return Err(end.clone().err().unwrap_or(Error::Finished));
-			}
-			if cost > state.cap as u64 {
-				return Err(Error::TooLarge);
-			}
-			state.pool.clone()
-		};
-		// Charged before the group's lock is taken again: making room locks the track, and the
-		// track locks groups under its own lock.
-		if let Some(pool) = &pool
-			&& !pool.try_charge(cost)
-		{
-			if let Some(track) = &self.track {
-				relieve_for(track, self.sequence, cost);
-			}
-			if !pool.try_charge(cost) {
+		let mut frame = Some(frame);
+		// The common case takes the group's lock once: the pool's charge is an atomic, no lock.
+		match self.try_write(&mut frame, cost) {
+			Written::Done(result) => return result,
+			Written::PoolFull => {}
+		}
+		// The pool is full: the track makes room by evicting its own stalest groups. That locks
+		// the track, and the track locks groups under its own lock, so the group's lock is not
+		// held here.
+		if let Some(track) = &self.track {
+			relieve_for(track, self.sequence, cost);
+		}
+		match self.try_write(&mut frame, cost) {
+			Written::Done(result) => result,
+			Written::PoolFull => {
 				self.done = true;
 				let wakes = {
 					let mut state = self.state.lock();
@@ -142,29 +139,29 @@ impl GroupProducer {
 					state.ended(Err(Error::Evicted))
 				};
 				drop(wakes);
-				return Err(Error::Evicted);
+				Err(Error::Evicted)
 			}
 		}
+	}
+
+	/// Appends `frame` if the pool (if any) takes its cost.
+	fn try_write(&mut self, frame: &mut Option<Frame>, cost: u64) -> Written {
 		let wakes = {
 			let mut state = self.state.lock();
 			if let Some(end) = &state.end {
-				// Evicted meanwhile: the charge goes back.
-				if let Some(pool) = &pool {
-					pool.release(cost);
-				}
-				return Err(end.clone().err().unwrap_or(Error::Finished));
+				return Written::Done(Err(end.clone().err().unwrap_or(Error::Finished)));
 			}
-			match &state.pool {
-				Some(_) => state.charged += cost,
-				// Released by an eviction between the charge and now.
-				None => {
-					if let Some(pool) = &pool {
-						pool.release(cost);
-					}
+			if cost > state.cap as u64 {
+				return Written::Done(Err(Error::TooLarge));
+			}
+			if let Some(pool) = &state.pool {
+				if !pool.try_charge(cost) {
+					return Written::PoolFull;
 				}
+				state.charged += cost;
 			}
 			state.bytes += cost as usize;
-			state.frames.push_back(frame);
+			state.frames.push_back(frame.take().expect("written once"));
 			while state.bytes > state.cap && state.frames.len() > 1 {
 				let oldest = state.frames.pop_front().expect("more than one frame");
 				let shed = frame_cost(&oldest);
@@ -178,7 +175,7 @@ impl GroupProducer {
 			state.on_frame.take()
 		};
 		drop(wakes);
-		Ok(())
+		Written::Done(Ok(()))
 	}
 
 	/// Ends the group cleanly: readers see the end after the last frame.
@@ -224,6 +221,11 @@ impl fmt::Debug for GroupProducer {
 			.field("sequence", &self.sequence)
 			.finish()
 	}
+}
+
+enum Written {
+	Done(Result<(), Error>),
+	PoolFull,
 }
 
 /// What a frame costs the group's cap and the pool: its payload plus [`ENTRY_OVERHEAD`].

@@ -390,7 +390,9 @@ impl TrackProducer {
 			}
 			state.relieve(&mut evicted, 0, None);
 			let mut producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
-			producer.track = Some(self.state.clone());
+			if state.pool.is_some() {
+				producer.track = Some(self.state.clone());
+			}
 			let arrival = state.base + state.arrival.len() as u64;
 			state.arrival.push_back(Some(Cached {
 				sequence,

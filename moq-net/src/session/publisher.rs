@@ -244,19 +244,19 @@ impl InFlight {
 	}
 
 	fn push(&mut self, now: Instant, task: JoinHandle<()>, budget: &Budget) {
-		if self.tasks.len() >= self.limit {
-			self.tasks.retain(|(_, task)| !task.is_finished());
-		}
-		while self.tasks.len() >= self.limit
-			|| self
-				.tasks
-				.front()
-				.is_some_and(|(started, _)| now.duration_since(*started) > self.max_age)
-		{
-			let (_, oldest) = self.tasks.pop_front().expect("not empty");
-			if !oldest.is_finished() {
+		// Finished groups leave from the front; one that is still in flight at the front while
+		// later ones finished is the oldest, the one to reset when the limit is reached. O(1) per
+		// group, amortised: no walk of the queue.
+		while let Some((started, oldest)) = self.tasks.front() {
+			let over = self.tasks.len() >= self.limit || now.duration_since(*started) > self.max_age;
+			if oldest.is_finished() {
+				self.tasks.pop_front();
+			} else if over {
 				oldest.abort();
 				budget.refused();
+				self.tasks.pop_front();
+			} else {
+				break;
 			}
 		}
 		self.tasks.push_back((now, task));
@@ -386,7 +386,12 @@ async fn serve_group<T: Transport + 'static>(
 	priority: i32,
 	timescale: u64,
 ) {
-	let _in_flight = inner.budget.hold(Resource::GroupsInFlight);
+	// Only a gauge (the limit is per subscription, in `InFlight`): nothing to count without one.
+	let _in_flight = inner
+		.config
+		.counters
+		.is_some()
+		.then(|| inner.budget.hold(Resource::GroupsInFlight));
 	let Ok(mut send) = inner.transport.open_uni().await else {
 		return;
 	};
