@@ -3,8 +3,13 @@
 //! Each test attacks an in-process relay over real loopback QUIC with a raw client that writes
 //! moq-lite bytes (or bare QUIC Initials, or idle TCP), then checks that a healthy publisher →
 //! viewer pair on the same relay keeps receiving every group and that the relay's budget gauges
-//! (from `/metrics`) stay under the configured limits. Each failed before its fix (see the commit
-//! that added it). The relay's resident memory under attack is measured on the real binary, in a
+//! (from `/metrics`) stay under the configured limits. Each fails with its fix reverted (checked
+//! one by one: the aggregate's "absent start means latest" and the publisher's cleared floor, the
+//! path check, the handshake caps, the in-flight limit, the partial-bytes budget, the announce
+//! budget, the SETUP close code, the HTTP per-address share and idle eviction, the pool's hard
+//! cap); the second publisher's restore is checked on the model, where the gauge it waits for was
+//! added with it (`tests/model.rs` in moq-net), and so is forgetting unknown track names
+//! (`tests/session.rs`). The relay's resident memory under attack is measured on the real binary, in a
 //! process of its own, by `memory.rs`.
 
 mod common;
