@@ -325,7 +325,7 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let _worker_session = Decrement(&shared.worker_sessions[worker]);
-	info!(%remote, root = %root, publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
+	info!(%remote, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
 	let session = session::start(conn.clone(), config, peer, publish, subscribe);
 	let expiry = async {
 		match grant.remaining(SystemTime::now()) {

@@ -143,7 +143,12 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 						hops: Vec::new(),
 					},
 				};
-				io::write(&mut send.send, &message).await?;
+				// One update that cannot be encoded is skipped, never the stream that carries the
+				// others (the origin refuses such paths where they are made; this is the backstop).
+				match io::write(&mut send.send, &message).await {
+					Err(SessionError::Encode(_)) => continue,
+					other => other?,
+				}
 			}
 			// The subscriber's FIN: no more updates wanted.
 			AnnounceEvent::End(Ok(true)) => return send.finish(),
