@@ -1,4 +1,4 @@
-//! lite-05 messages against the spec's exact bytes (§2.5), both ways, and every class of bad
+//! lite-05 messages against the exact bytes of docs/moq-lite-05.md §2.5, both ways, and every class of bad
 //! input: truncation at every cut, trailing bytes, over-long lengths, over-deep paths, too many
 //! or duplicate SETUP parameters, zero timescale, invalid UTF-8, unknown stream and message types.
 
@@ -61,7 +61,7 @@ fn setup_empty() {
 	golden(&Setup::new(), "01 00");
 	let mut stream = encoded(&DataType::Setup);
 	Setup::new().encode(&mut stream);
-	assert_eq!(stream, hex("01 01 00"), "spec §0 fact 4");
+	assert_eq!(stream, hex("01 01 00"), "docs/moq-lite-05.md §0 fact 4");
 }
 
 #[test]

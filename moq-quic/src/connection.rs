@@ -1,7 +1,7 @@
 //! A connection and its driver.
 //!
 //! `quinn_proto::Connection` is a state machine; a kio task per connection drives it. A turn
-//! runs in the order that avoids the stalls in the field notes (quinn-proto §1.4): datagrams the
+//! runs in the order that avoids stalls (docs/moq-quic.md §2): datagrams the
 //! endpoint routed here, the timeout if it passed, endpoint events (each `NeedIdentifiers` answer
 //! goes straight back in; `Drained` lets the endpoint forget the connection), application events
 //! (wakes for readers, writers, acceptors), then the send scheduler and a budgeted
@@ -28,6 +28,15 @@
 //!
 //! A turn produces at most [`TX_DATAGRAM_BUDGET`] datagrams and then yields (other connections on
 //! the worker get their turn; this one stays dirty and runs again), like quinn's own driver.
+//!
+//! # Borrow order (docs/moq-quic.md §4)
+//!
+//! A connection's state and its endpoint's are `RefCell`s. Code holding a connection's state may
+//! borrow the endpoint's briefly (an endpoint event, a transmit queued, a buffer taken), never the
+//! other way round: endpoint code collects what it needs, releases its borrow, then calls into
+//! the connection, and debug builds assert it at those entry points
+//! ([`ConnShared::assert_endpoint_released`]). No borrow is held across an await, and wakes are
+//! taken out of the state and woken after it is released.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -208,13 +217,27 @@ impl ConnShared {
 
 	/// A datagram for this connection, from the endpoint.
 	pub(crate) fn deliver(&self, event: quinn_proto::ConnectionEvent) {
+		self.assert_endpoint_released();
 		let mut state = self.state.borrow_mut();
 		state.inbox.push_back(event);
 		state.mark_dirty();
 	}
 
+	/// Endpoint code calls into a connection only with the endpoint's state released (the borrow
+	/// order in the module docs); debug builds check it.
+	pub(crate) fn assert_endpoint_released(&self) {
+		#[cfg(debug_assertions)]
+		if let Some(endpoint) = self.endpoint.upgrade() {
+			assert!(
+				endpoint.state.try_borrow_mut().is_ok(),
+				"borrow order: the endpoint's state is held while calling into a connection"
+			);
+		}
+	}
+
 	/// Closes with an application code.
 	pub(crate) fn close(&self, code: u64, reason: &[u8]) {
+		self.assert_endpoint_released();
 		let mut state = self.state.borrow_mut();
 		if state.lost.is_some() {
 			return;
@@ -229,6 +252,7 @@ impl ConnShared {
 
 	/// The endpoint went away with this connection open.
 	pub(crate) fn abandon(&self) {
+		self.assert_endpoint_released();
 		self.state.borrow_mut().lose(ConnectionError::LocallyClosed);
 	}
 }

@@ -11,6 +11,11 @@
 //! Ownership: the endpoint's table holds each connection's shared state; a connection refers back
 //! to the endpoint weakly, so the two never keep each other alive. Dropping the last [`Endpoint`]
 //! handle aborts its tasks and every connection's driver.
+//!
+//! Borrow order (docs/moq-quic.md §4): connection, then endpoint. Code here never calls into a
+//! connection while it holds the endpoint's state: it collects what it needs (a connection's
+//! `Rc`, the list of connections), releases the borrow, then calls; connections assert it in
+//! debug builds.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};

@@ -13,7 +13,7 @@ use crate::stream::{RecvStream, SendStream};
 
 /// The code a session sees for a connection that ended: the application's close code, or for
 /// ends QUIC itself decided (idle timeout, a transport error, a stateless reset) the moq-lite
-/// `Transport` error code (§2.8 of the spec).
+/// `Transport` error code (docs/moq-lite-05.md §2.8).
 pub fn closed_code(error: &ConnectionError) -> u64 {
 	match error {
 		ConnectionError::ApplicationClosed(close) => close.error_code.into_inner(),

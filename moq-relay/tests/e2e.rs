@@ -27,6 +27,26 @@ async fn worker_sessions(relay: &Relay) -> Vec<u64> {
 	sessions
 }
 
+/// Sessions per worker once their total differs from `before`'s: the client's SETUP exchange can
+/// end before the relay counts the session, so this polls `/metrics` until it has (bounded).
+async fn sessions_after(relay: &Relay, before: &[u64]) -> Vec<u64> {
+	let total: u64 = before.iter().sum();
+	within(
+		std::time::Duration::from_secs(10),
+		"the relay counts the session",
+		async {
+			loop {
+				let now = worker_sessions(relay).await;
+				if now.iter().sum::<u64>() != total {
+					return now;
+				}
+				kio::time::sleep(std::time::Duration::from_millis(5)).await;
+			}
+		},
+	)
+	.await
+}
+
 /// The worker whose session count went up between `before` and `after`.
 fn landed(before: &[u64], after: &[u64]) -> usize {
 	let moved: Vec<usize> = (0..after.len()).filter(|&i| after[i] > before[i]).collect();
@@ -100,7 +120,7 @@ fn publishers_and_subscribers_on_different_workers() {
 		let before = worker_sessions(&relay).await;
 		let publisher_endpoint = endpoint(&relay);
 		let _publisher = publisher(&relay, &publisher_endpoint, "/live", &origin).await.unwrap();
-		let mut sessions = worker_sessions(&relay).await;
+		let mut sessions = sessions_after(&relay, &before).await;
 		let publisher_worker = landed(&before, &sessions);
 		// New client sockets until one lands on the other worker (each does with probability ½).
 		let mut keep = Vec::new();
@@ -109,7 +129,7 @@ fn publishers_and_subscribers_on_different_workers() {
 			let viewer_endpoint = endpoint(&relay);
 			let viewer_origin = Origin::new(2 + keep.len() as u64);
 			let client = viewer(&relay, &viewer_endpoint, "/live", &viewer_origin).await.unwrap();
-			let now = worker_sessions(&relay).await;
+			let now = sessions_after(&relay, &sessions).await;
 			let worker = landed(&sessions, &now);
 			sessions = now;
 			if worker != publisher_worker {

@@ -39,8 +39,7 @@ use crate::uring::udp::{self, RECV_HEADER, SendBuf};
 use crate::uring::{BufRing, Fd, MultiOp, Op, RxBuf, SendMeta};
 use crate::{Park, Waiter};
 
-/// The most datagrams one GSO send carries (the kernel's `UDP_MAX_SEGMENTS` is 64 before 6.x,
-/// and the notes' moq deployment uses 63).
+/// The most datagrams one GSO send carries (the kernel's `UDP_MAX_SEGMENTS` is 64 before 6.x).
 pub const MAX_GSO_SEGMENTS: usize = 64;
 /// Send buffers a socket keeps for reuse.
 const SEND_POOL: usize = 64;

@@ -1,5 +1,5 @@
 //! Wire primitives: the [`Decode`] / [`Encode`] traits and the encodings every moq-lite message is
-//! built from (spec §2.2).
+//! built from (docs/moq-lite-05.md §2.2).
 //!
 //! # Encodings
 //!
@@ -44,7 +44,7 @@
 //! - [`MAX_STRING_LEN`] (4 KiB): any string or byte string. The longest expected value is a SETUP
 //!   `Path` parameter carrying a token in its query (`/anon?jwt=…`); track names and GOAWAY URIs
 //!   are far shorter.
-//! - [`MAX_PATH_LEN`] (1 KiB) and [`MAX_PATH_SEGMENTS`] (32, spec §2.2): broadcast paths.
+//! - [`MAX_PATH_LEN`] (1 KiB) and [`MAX_PATH_SEGMENTS`] (32, docs/moq-lite-05.md §2.2): broadcast paths.
 //!
 //! Message-level caps (message length, parameter and hop counts) live in [`crate::lite`].
 //!
@@ -100,7 +100,7 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
-	/// The spec §2.8 error code to reset the stream (or close the session) with.
+	/// The docs/moq-lite-05.md §2.8 error code to reset the stream (or close the session) with.
 	///
 	/// `Short` maps to Decode (5) for the caller that hit the end of the stream while still short.
 	/// Duplicate parameters are a malformed SETUP, so Decode (5) too; Duplicate (12) is left for
@@ -155,7 +155,7 @@ pub enum EncodeError {
 }
 
 impl EncodeError {
-	/// The spec §2.8 error code: Encode (18).
+	/// The docs/moq-lite-05.md §2.8 error code: Encode (18).
 	pub fn code(&self) -> u64 {
 		18
 	}
@@ -322,7 +322,7 @@ impl Encode for u8 {
 
 impl Decode for bool {
 	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
-		// Spec §2.2: a decoder treats any non-zero byte as true.
+		// docs/moq-lite-05.md §2.2: a decoder treats any non-zero byte as true.
 		Ok(u8::decode(buf)? != 0)
 	}
 }

@@ -1,4 +1,4 @@
-//! The spec §2.8 error codes, carried by RESET_STREAM, STOP_SENDING and CONNECTION_CLOSE.
+//! The docs/moq-lite-05.md §2.8 error codes, carried by RESET_STREAM, STOP_SENDING and CONNECTION_CLOSE.
 
 use crate::coding::DecodeError;
 

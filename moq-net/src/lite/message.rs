@@ -1,4 +1,4 @@
-//! The lite-05 messages other than SETUP (spec §2.5), one struct per message.
+//! The lite-05 messages other than SETUP (docs/moq-lite-05.md §2.5), one struct per message.
 //!
 //! Field order in each struct is wire order. Integers are varints unless the spec marks them
 //! `(8)` (priority, ordered, announce status: one raw byte).
@@ -376,7 +376,7 @@ pub enum SubscribeResponse {
 		start: u64,
 		/// The last dropped group (inclusive).
 		end: u64,
-		/// Why, as a spec §2.8 code.
+		/// Why, as a docs/moq-lite-05.md §2.8 code.
 		code: u64,
 	},
 }

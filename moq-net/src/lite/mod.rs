@@ -1,4 +1,4 @@
-//! moq-lite-05 on the wire: stream types, messages and error codes (spec §2).
+//! moq-lite-05 on the wire: stream types, messages and error codes (docs/moq-lite-05.md §2).
 //!
 //! # Layout
 //!
@@ -6,7 +6,7 @@
 //!   [`DataType`] on uni streams).
 //! - [`setup`]: the [`Setup`] message and its parameters.
 //! - [`message`]: every other message, one struct per message, named as in the spec.
-//! - [`error`]: the spec §2.8 [`ErrorCode`]s streams are reset and sessions closed with.
+//! - [`error`]: the docs/moq-lite-05.md §2.8 [`ErrorCode`]s streams are reset and sessions closed with.
 //!
 //! Each message implements [`Decode`](crate::coding::Decode) and [`Encode`](crate::coding::Encode)
 //! for the **whole** message, length prefix included: `len, body` (or `type, len, body` for the
@@ -23,7 +23,7 @@
 //!   bytes; the largest legitimate one is a SETUP with a token in its Path parameter, well under
 //!   this. The cap is checked against the length prefix before the body is awaited, so a
 //!   streaming reader never buffers more than this plus the prefix.
-//! - [`MAX_PARAMETERS`] (64, spec §2.3): SETUP parameters.
+//! - [`MAX_PARAMETERS`] (64, docs/moq-lite-05.md §2.3): SETUP parameters.
 //! - [`MAX_HOPS`] (32): hop ids in an ANNOUNCE, the same bound as path depth; a longer chain is
 //!   a routing loop.
 //! - Strings and paths: [`crate::coding`]'s caps.
@@ -44,7 +44,7 @@ pub use stream::{ControlType, DataType};
 /// The longest length-prefixed message body, in bytes.
 pub const MAX_MESSAGE_LEN: usize = 64 * 1024;
 
-/// The most parameters a SETUP may carry (spec §2.3).
+/// The most parameters a SETUP may carry (docs/moq-lite-05.md §2.3).
 pub const MAX_PARAMETERS: usize = 64;
 
 /// The most hop ids an ANNOUNCE may carry.

@@ -1,4 +1,4 @@
-//! SETUP: the one message on each side's Setup uni stream (spec §2.3), `len, count, {id, vlen,
+//! SETUP: the one message on each side's Setup uni stream (docs/moq-lite-05.md §2.3), `len, count, {id, vlen,
 //! value}*count`.
 //!
 //! Parameters are kept as raw bytes by id in a [`BTreeMap`], so unknown ids survive a decode and

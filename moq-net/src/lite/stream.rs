@@ -1,4 +1,4 @@
-//! Stream types: the varint that opens every stream (spec §2.4).
+//! Stream types: the varint that opens every stream (docs/moq-lite-05.md §2.4).
 //!
 //! An unknown type resets that stream with UnexpectedStream (10); it is never fatal to the
 //! session.

@@ -5,7 +5,7 @@ use std::fmt;
 /// The longest broadcast path, in bytes, as sent on the wire.
 pub const MAX_PATH_LEN: usize = 1024;
 
-/// The most segments a broadcast path may have (moq-lite spec §2.2).
+/// The most segments a broadcast path may have (docs/moq-lite-05.md §2.2).
 pub const MAX_PATH_SEGMENTS: usize = 32;
 
 /// A broadcast path: `/`-separated segments, stored without leading, trailing or doubled

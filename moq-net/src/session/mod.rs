@@ -73,7 +73,7 @@ pub enum SessionError {
 }
 
 impl SessionError {
-	/// The spec §2.8 code to reset a stream or close the session with.
+	/// The docs/moq-lite-05.md §2.8 code to reset a stream or close the session with.
 	pub fn code(&self) -> u64 {
 		match self {
 			Self::Transport(
@@ -102,7 +102,7 @@ impl fmt::Display for SessionError {
 
 impl std::error::Error for SessionError {}
 
-/// The spec §2.8 code of a model error.
+/// The docs/moq-lite-05.md §2.8 code of a model error.
 pub fn model_code(err: &model::Error) -> u64 {
 	let code = match err {
 		model::Error::Dropped => ErrorCode::Dropped,
