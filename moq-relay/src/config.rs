@@ -1,28 +1,16 @@
 //! The relay's configuration: `moq-relay [config.toml] [flags]`.
 //!
-//! Every option has a flag and a key in the TOML file; a flag overrides the file, the file
-//! overrides the default. With neither, the relay serves QUIC on UDP `[::]:4443` and HTTP on TCP
+//! One shape: [`Options`] is both the command line and the TOML file. Every field is optional, so
+//! an absent flag lets the file's value through and an absent key the default. The file is read
+//! into `Options`, the flags are laid over it key by key (tables merge, a flag's value replaces
+//! the file's), and the result is resolved once into [`Config`], where defaults are filled and
+//! combinations checked. Adding an option touches its field (whose doc line is its `--help` and
+//! names its file key and default), and its use in [`Config`]; the table of options in the
+//! relay's README is checked against `--help` by a test.
+//!
+//! With no flags and no file, the relay serves QUIC on UDP `[::]:4443` and HTTP on TCP
 //! `[::]:4443`, with a certificate generated for `localhost`, anonymous access everywhere, one
 //! worker per CPU, and `info` logs.
-//!
-//! | Flag                          | File                         | Default                           |
-//! |-------------------------------|------------------------------|-----------------------------------|
-//! | `--listen ADDR`               | `listen`                     | `[::]:4443`                       |
-//! | `--http-listen ADDR`          | `[http] listen`              | the QUIC address, on TCP          |
-//! | `--no-http`                   | `[http] enabled = false`     | enabled                           |
-//! | `--workers N`                 | `workers`                    | the available CPUs                |
-//! | `--tls-cert FILE`             | `[tls] cert`                 | none: a generated certificate     |
-//! | `--tls-key FILE`              | `[tls] key`                  | none                              |
-//! | `--tls-name NAME` (repeated)  | `[tls] names`                | `["localhost"]`                   |
-//! | `--auth-key FILE`             | `[auth] key`                 | none: no token is accepted        |
-//! | `--anonymous PREFIX` (rep.)   | `[auth] anonymous`           | `[""]` without a key, else `[]`   |
-//! | `--anonymous-subscribe PREFIX`| `[auth] anonymous_subscribe` | none beyond `anonymous`           |
-//! | `--no-anonymous`              | both lists `[]`              |                                   |
-//! | `--log-level FILTER`          | `log_level`                  | `RUST_LOG`, else `info`           |
-//! | `--shutdown-timeout DURATION` | `shutdown_timeout`           | `5s`                              |
-//! | `--cache-size SIZE`           | `cache_size`                 | `256MiB`                          |
-//! | `--max-connections N`         | `max_connections`            | no limit                          |
-//! | `--max-handshakes N` and the other limits | `[limits] ...`   | see [`crate::limits`]             |
 //!
 //! Anonymous access is granted by default only when nothing about it is configured and there is
 //! no key file, so adding a key file closes the relay unless anonymous prefixes are listed. A
@@ -37,11 +25,12 @@ use std::ffi::OsString;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{CommandFactory as _, Parser};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::auth::{Anonymous, AuthConfig};
 use crate::limits::{LimitOptions, Limits};
@@ -53,9 +42,9 @@ pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// How long shutdown waits for sessions to close when not told.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The command line. Every option is optional so that the file's value shows through when a
-/// flag is absent.
-#[derive(Debug, Default, Parser)]
+/// Every option, as flags and as the file's keys.
+#[derive(Clone, Debug, Default, PartialEq, Parser, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[command(
 	name = "moq-relay",
 	version,
@@ -67,67 +56,23 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 		listen = \"[::]:4443\"\n  workers = 4\n  log_level = \"info\"\n  shutdown_timeout = \"5s\"\n  \
 		cache_size = \"256MiB\"\n\n  [http]\n  listen = \"[::]:8080\"\n\n  [tls]\n  cert = \"cert.pem\"\n  \
 		key = \"key.pem\"\n\n  [auth]\n  key = \"keys.json\"\n  anonymous = [\"anon\"]\n  \
-		anonymous_subscribe = [\"public\"]\n\nPaths in the file are relative to the file's directory."
+		anonymous_subscribe = [\"public\"]\n\n  [limits]\n  handshakes_per_ip = 16\n\n\
+		Paths in the file are relative to the file's directory."
 )]
-pub struct Args {
+pub struct Options {
 	/// A TOML config file with the same options as the flags; flags override its values.
 	#[arg(value_name = "CONFIG")]
+	#[serde(skip)]
 	pub config: Option<PathBuf>,
 
 	/// The UDP address QUIC is served on [file: listen] [default: `[::]:4443`].
 	#[arg(long, value_name = "ADDR")]
 	pub listen: Option<SocketAddr>,
 
-	/// The TCP address of the HTTP endpoints: /health, /certificate.sha256 and /metrics
-	/// [file: `[http] listen`] [default: the --listen address, on TCP].
-	#[arg(long, value_name = "ADDR", conflicts_with = "no_http")]
-	pub http_listen: Option<SocketAddr>,
-
-	/// Serve no HTTP endpoints [file: `[http] enabled = false`].
-	#[arg(long)]
-	pub no_http: bool,
-
 	/// Worker threads, each with its own io_uring and UDP socket on the shared port
 	/// [file: workers] [default: the available CPUs].
 	#[arg(long, value_name = "N")]
 	pub workers: Option<NonZeroUsize>,
-
-	/// The certificate chain, PEM, leaf first [file: `[tls] cert`]. Without it a self-signed
-	/// certificate is generated at start for the --tls-name names; its SHA-256 is printed and
-	/// served at /certificate.sha256.
-	#[arg(long, value_name = "FILE")]
-	pub tls_cert: Option<PathBuf>,
-
-	/// The private key of --tls-cert, PEM [file: `[tls] key`].
-	#[arg(long, value_name = "FILE")]
-	pub tls_key: Option<PathBuf>,
-
-	/// A DNS name or IP address of the generated certificate; repeat for more
-	/// [file: `[tls] names`] [default: localhost]. Only without --tls-cert.
-	#[arg(long = "tls-name", value_name = "NAME")]
-	pub tls_names: Vec<String>,
-
-	/// A JSON Web Key Set file with the keys that verify clients' tokens (the `jwt` query
-	/// parameter of the connection URL) [file: `[auth] key`]. Supports HS256/384/512, ES256 and
-	/// EdDSA; see the README for the claims. Without it no token is accepted.
-	#[arg(long, value_name = "FILE")]
-	pub auth_key: Option<PathBuf>,
-
-	/// A path prefix under which anyone may publish and subscribe without a token; "" is
-	/// everything; repeat for more [file: `[auth] anonymous`] [default: "" when there is no
-	/// --auth-key, else none].
-	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
-	pub anonymous: Vec<String>,
-
-	/// A path prefix under which anyone may subscribe (watch), but not publish, without a token;
-	/// repeat for more [file: `[auth] anonymous_subscribe`] [default: none beyond --anonymous].
-	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
-	pub anonymous_subscribe: Vec<String>,
-
-	/// No anonymous access: every connection needs a token (and so --auth-key)
-	/// [file: `[auth] anonymous = []` and `anonymous_subscribe = []`].
-	#[arg(long)]
-	pub no_anonymous: bool,
 
 	/// The log filter: a level (error, warn, info, debug, trace) or tracing directives such as
 	/// "info,moq_relay=debug" [file: log_level] [default: RUST_LOG, else info].
@@ -136,22 +81,105 @@ pub struct Args {
 
 	/// How long shutdown (SIGINT, SIGTERM) waits for sessions to close before exiting, e.g.
 	/// "5s", "500ms", "1m"; a bare number is seconds [file: shutdown_timeout] [default: 5s].
-	#[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-	pub shutdown_timeout: Option<Duration>,
+	#[arg(long, value_name = "DURATION")]
+	pub shutdown_timeout: Option<Span>,
 
 	/// The byte budget of the media cache shared by all tracks, e.g. "256MiB", "1GiB", "500MB";
 	/// a bare number is bytes [file: cache_size] [default: 256MiB].
-	#[arg(long, value_name = "SIZE", value_parser = parse_size)]
-	pub cache_size: Option<u64>,
+	#[arg(long, value_name = "SIZE")]
+	pub cache_size: Option<Size>,
 
 	/// The most QUIC connections served at once, across workers; more are refused
 	/// [file: max_connections] [default: no limit].
 	#[arg(long, value_name = "N")]
 	pub max_connections: Option<NonZeroUsize>,
 
+	/// The HTTP endpoints.
+	#[command(flatten)]
+	#[serde(default)]
+	pub http: HttpOptions,
+
+	/// The certificate.
+	#[command(flatten)]
+	#[serde(default)]
+	pub tls: TlsOptions,
+
+	/// Tokens and anonymous access.
+	#[command(flatten)]
+	#[serde(default)]
+	pub auth: AuthOptions,
+
 	/// What peers may make the relay hold.
 	#[command(flatten)]
+	#[serde(default)]
 	pub limits: LimitOptions,
+}
+
+/// The file's `[http]` table and its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpOptions {
+	/// The TCP address of the HTTP endpoints: /health, /certificate.sha256 and /metrics
+	/// [file: `[http] listen`] [default: the --listen address, on TCP].
+	#[arg(
+		id = "http_listen",
+		long = "http-listen",
+		value_name = "ADDR",
+		conflicts_with = "http_enabled"
+	)]
+	pub listen: Option<SocketAddr>,
+
+	/// Serve no HTTP endpoints [file: `[http] enabled = false`].
+	#[arg(id = "http_enabled", long = "no-http", num_args = 0, default_missing_value = "false")]
+	pub enabled: Option<bool>,
+}
+
+/// The file's `[tls]` table and its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsOptions {
+	/// The certificate chain, PEM, leaf first [file: `[tls] cert`]. Without it a self-signed
+	/// certificate is generated at start for the --tls-name names; its SHA-256 is printed and
+	/// served at /certificate.sha256.
+	#[arg(id = "tls_cert", long = "tls-cert", value_name = "FILE")]
+	pub cert: Option<PathBuf>,
+
+	/// The private key of --tls-cert, PEM [file: `[tls] key`].
+	#[arg(id = "tls_key", long = "tls-key", value_name = "FILE")]
+	pub key: Option<PathBuf>,
+
+	/// A DNS name or IP address of the generated certificate; repeat for more
+	/// [file: `[tls] names`] [default: localhost]. Only without --tls-cert.
+	#[arg(id = "tls_names", long = "tls-name", value_name = "NAME")]
+	pub names: Option<Vec<String>>,
+}
+
+/// The file's `[auth]` table and its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthOptions {
+	/// A JSON Web Key Set file with the keys that verify clients' tokens (the `jwt` query
+	/// parameter of the connection URL) [file: `[auth] key`]. Supports HS256/384/512, ES256 and
+	/// EdDSA; see the README for the claims. Without it no token is accepted.
+	#[arg(id = "auth_key", long = "auth-key", value_name = "FILE")]
+	pub key: Option<PathBuf>,
+
+	/// A path prefix under which anyone may publish and subscribe without a token; "" is
+	/// everything; repeat for more [file: `[auth] anonymous`] [default: "" when there is no
+	/// --auth-key, else none].
+	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
+	pub anonymous: Option<Vec<String>>,
+
+	/// A path prefix under which anyone may subscribe (watch), but not publish, without a token;
+	/// repeat for more [file: `[auth] anonymous_subscribe`] [default: none beyond --anonymous].
+	#[arg(long, value_name = "PREFIX", conflicts_with = "no_anonymous")]
+	pub anonymous_subscribe: Option<Vec<String>>,
+
+	/// No anonymous access: every connection needs a token (and so --auth-key)
+	/// [file: `[auth] anonymous = []` and `anonymous_subscribe = []`].
+	#[arg(long)]
+	#[serde(skip)]
+	pub no_anonymous: bool,
 }
 
 /// Where the TLS certificate comes from.
@@ -198,71 +226,13 @@ pub struct Config {
 	pub limits: Limits,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-	listen: Option<SocketAddr>,
-	workers: Option<NonZeroUsize>,
-	log_level: Option<String>,
-	shutdown_timeout: Option<DurationValue>,
-	cache_size: Option<SizeValue>,
-	max_connections: Option<NonZeroUsize>,
-	#[serde(default)]
-	http: HttpFile,
-	#[serde(default)]
-	tls: TlsFile,
-	#[serde(default)]
-	auth: AuthFile,
-	#[serde(default)]
-	limits: LimitOptions,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HttpFile {
-	enabled: Option<bool>,
-	listen: Option<SocketAddr>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsFile {
-	cert: Option<PathBuf>,
-	key: Option<PathBuf>,
-	names: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuthFile {
-	key: Option<PathBuf>,
-	anonymous: Option<Vec<String>>,
-	anonymous_subscribe: Option<Vec<String>>,
-}
-
-/// Seconds, or a string with a unit.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum DurationValue {
-	Seconds(f64),
-	Text(String),
-}
-
-/// Bytes, or a string with a unit.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum SizeValue {
-	Bytes(u64),
-	Text(String),
-}
-
 impl Config {
 	/// From the process's arguments and `RUST_LOG`. Like any command line tool it prints help or
 	/// version and exits for `--help`/`--version`, and prints usage and exits with code 2 for a
 	/// flag it cannot parse.
 	pub fn load() -> anyhow::Result<Self> {
 		let rust_log = std::env::var("RUST_LOG").ok();
-		Self::from_args(Args::parse(), rust_log.as_deref())
+		Self::from_options(Options::parse(), rust_log.as_deref())
 	}
 
 	/// From `args` (the first is the program's name) and the value of `RUST_LOG`. For `--help`
@@ -272,149 +242,36 @@ impl Config {
 		I: IntoIterator<Item = T>,
 		T: Into<OsString> + Clone,
 	{
-		Self::from_args(Args::try_parse_from(args)?, rust_log)
+		Self::from_options(Options::try_parse_from(args)?, rust_log)
 	}
 
 	/// The command line's definition, for help and completions.
 	pub fn command() -> clap::Command {
-		Args::command()
+		Options::command()
 	}
 
-	/// Reads `args.config`, if any, lays the flags over it, and validates the result.
-	pub fn from_args(args: Args, rust_log: Option<&str>) -> anyhow::Result<Self> {
-		let file = match &args.config {
-			Some(path) => {
-				let text =
-					std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
-				let mut file: File =
-					toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
-				file.relative_to(path.parent().unwrap_or_else(|| Path::new("")));
-				file
-			}
-			None => File::default(),
-		};
-		let prefix = || match &args.config {
+	/// Reads `flags.config`, if any, lays the flags over it, and resolves the result.
+	pub fn from_options(flags: Options, rust_log: Option<&str>) -> anyhow::Result<Self> {
+		let prefix = match &flags.config {
 			Some(path) => format!("config file {}: ", path.display()),
 			None => String::new(),
 		};
-
-		let listen = args
-			.listen
-			.or(file.listen)
-			.unwrap_or_else(|| SocketAddr::from((Ipv6Addr::UNSPECIFIED, DEFAULT_PORT)));
-		let http = if args.no_http {
-			None
-		} else if let Some(addr) = args.http_listen {
-			Some(addr)
-		} else if file.http.enabled == Some(false) {
-			if file.http.listen.is_some() {
-				bail!("{}[http] has both enabled = false and a listen address", prefix());
-			}
-			None
-		} else {
-			Some(file.http.listen.unwrap_or(listen))
+		let file = match &flags.config {
+			Some(path) => read_file(path)?,
+			None => Options::default(),
 		};
-
-		let workers = match args.workers.or(file.workers) {
-			Some(n) => n.get(),
-			None => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
-		};
-
-		let cert = args.tls_cert.or(file.tls.cert);
-		let key = args.tls_key.or(file.tls.key);
-		let names = if args.tls_names.is_empty() {
-			file.tls.names
-		} else {
-			Some(args.tls_names)
-		};
-		let tls = match (cert, key) {
-			(Some(cert), Some(key)) => {
-				if names.is_some() {
-					bail!("TLS names are only for a generated certificate, and a certificate file is given");
-				}
-				Tls::Files { cert, key }
-			}
-			(None, None) => {
-				let names = names.unwrap_or_else(|| vec!["localhost".to_owned()]);
-				if names.is_empty() || names.iter().any(|name| name.trim().is_empty()) {
-					bail!("a generated certificate needs at least one name, and no empty ones");
-				}
-				Tls::Generate { names }
-			}
-			(Some(_), None) => bail!("a TLS certificate is given without its key (--tls-key, [tls] key)"),
-			(None, Some(_)) => bail!("a TLS key is given without its certificate (--tls-cert, [tls] cert)"),
-		};
-
-		let key_file = args.auth_key.or(file.auth.key);
-		let (publish, subscribe) = if args.no_anonymous {
-			(Some(Vec::new()), Some(Vec::new()))
-		} else {
-			let flag = |list: Vec<String>| (!list.is_empty()).then_some(list);
-			(
-				flag(args.anonymous).or(file.auth.anonymous),
-				flag(args.anonymous_subscribe).or(file.auth.anonymous_subscribe),
-			)
-		};
-		let anonymous = match (publish, subscribe) {
-			(None, None) if key_file.is_none() => Anonymous::everything(),
-			(both, subscribe) => {
-				let both = both.unwrap_or_default();
-				Anonymous {
-					subscribe: both.iter().cloned().chain(subscribe.unwrap_or_default()).collect(),
-					publish: both,
-				}
-			}
-		};
-		if key_file.is_none() && anonymous.is_none() {
-			bail!(
-				"nobody could connect: anonymous access is off and there is no key file for tokens \
-				 (give --auth-key, or --anonymous PREFIX)"
-			);
+		if file.http.enabled == Some(false) && file.http.listen.is_some() {
+			bail!("{prefix}[http] has both enabled = false and a listen address");
 		}
-		let auth = AuthConfig { key_file, anonymous };
-
-		let log_level = args
-			.log_level
-			.or_else(|| rust_log.filter(|s| !s.trim().is_empty()).map(str::to_owned))
-			.or(file.log_level)
-			.unwrap_or_else(|| "info".to_owned());
-		tracing_subscriber::EnvFilter::try_new(&log_level)
-			.with_context(|| format!("invalid log filter {log_level:?}"))?;
-
-		let shutdown_timeout = match (args.shutdown_timeout, file.shutdown_timeout) {
-			(Some(timeout), _) => timeout,
-			(None, Some(value)) => value
-				.resolve()
-				.map_err(|e| anyhow::anyhow!("{}shutdown_timeout: {e}", prefix()))?,
-			(None, None) => DEFAULT_SHUTDOWN_TIMEOUT,
-		};
-		let cache_size = match (args.cache_size, file.cache_size) {
-			(Some(size), _) => size,
-			(None, Some(value)) => value
-				.resolve()
-				.map_err(|e| anyhow::anyhow!("{}cache_size: {e}", prefix()))?,
-			(None, None) => DEFAULT_CACHE_SIZE,
-		};
-		let max_connections = args.max_connections.or(file.max_connections).map(NonZeroUsize::get);
-		let limits = args
-			.limits
-			.over(file.limits)
-			.resolve()
-			.map_err(|e| anyhow::anyhow!("{}limits: {e}", prefix()))?;
-
-		Ok(Self {
-			file: args.config,
-			listen,
-			http,
-			workers,
-			tls,
-			auth,
-			log_level,
-			shutdown_timeout,
-			cache_size,
-			max_connections,
-			limits,
-		})
+		let log_flag = flags.log_level.is_some();
+		let mut options = flags.over(file).map_err(|e| anyhow::anyhow!("{prefix}{e}"))?;
+		// The environment beats the file, not the flag.
+		if let Some(env) = rust_log.filter(|env| !env.trim().is_empty())
+			&& !log_flag
+		{
+			options.log_level = Some(env.to_owned());
+		}
+		options.resolve().map_err(|e| anyhow::anyhow!("{prefix}{e:#}"))
 	}
 
 	/// Installs the global `tracing` subscriber: structured lines on stderr, filtered by
@@ -432,33 +289,189 @@ impl Config {
 	}
 }
 
-impl File {
-	fn relative_to(&mut self, dir: &Path) {
-		for path in [&mut self.tls.cert, &mut self.tls.key, &mut self.auth.key]
-			.into_iter()
-			.flatten()
-		{
-			if path.is_relative() {
-				*path = dir.join(&*path);
+/// The options of the file at `path`, its relative paths made relative to its directory.
+fn read_file(path: &Path) -> anyhow::Result<Options> {
+	let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+	let mut file: Options = toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
+	let dir = path.parent().unwrap_or_else(|| Path::new(""));
+	for path in [&mut file.tls.cert, &mut file.tls.key, &mut file.auth.key]
+		.into_iter()
+		.flatten()
+	{
+		if path.is_relative() {
+			*path = dir.join(&*path);
+		}
+	}
+	Ok(file)
+}
+
+/// `over` laid on `base`: tables merge key by key, any other value replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+	for (key, value) in over {
+		match (base.get_mut(&key), value) {
+			(Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
+			(_, value) => {
+				base.insert(key, value);
 			}
 		}
 	}
 }
 
-impl DurationValue {
-	fn resolve(self) -> Result<Duration, String> {
-		match self {
-			Self::Seconds(secs) => Duration::try_from_secs_f64(secs).map_err(|_| format!("{secs} is not a duration")),
-			Self::Text(text) => parse_duration(&text),
+impl Options {
+	/// These options (flags) over `file`'s: a value given here wins, key by key.
+	fn over(self, mut file: Self) -> anyhow::Result<Self> {
+		// A flag that gives an HTTP address turns HTTP on, whatever the file said.
+		if self.http.listen.is_some() {
+			file.http.enabled = None;
+		}
+		let (config, no_anonymous) = (self.config.clone(), self.auth.no_anonymous);
+		let mut base = toml::Table::try_from(&file).context("laying the flags over the file")?;
+		merge(
+			&mut base,
+			toml::Table::try_from(&self).context("laying the flags over the file")?,
+		);
+		let mut merged: Self = base.try_into().context("laying the flags over the file")?;
+		merged.config = config;
+		merged.auth.no_anonymous = no_anonymous;
+		Ok(merged)
+	}
+
+	/// Defaults filled in, combinations checked.
+	fn resolve(self) -> anyhow::Result<Config> {
+		let listen = self
+			.listen
+			.unwrap_or_else(|| SocketAddr::from((Ipv6Addr::UNSPECIFIED, DEFAULT_PORT)));
+		let http = match self.http.enabled {
+			Some(false) => None,
+			_ => Some(self.http.listen.unwrap_or(listen)),
+		};
+		let workers = match self.workers {
+			Some(n) => n.get(),
+			None => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+		};
+
+		let tls = match (self.tls.cert, self.tls.key) {
+			(Some(cert), Some(key)) => {
+				if self.tls.names.is_some() {
+					bail!("TLS names are only for a generated certificate, and a certificate file is given");
+				}
+				Tls::Files { cert, key }
+			}
+			(None, None) => {
+				let names = self.tls.names.unwrap_or_else(|| vec!["localhost".to_owned()]);
+				if names.is_empty() || names.iter().any(|name| name.trim().is_empty()) {
+					bail!("a generated certificate needs at least one name, and no empty ones");
+				}
+				Tls::Generate { names }
+			}
+			(Some(_), None) => bail!("a TLS certificate is given without its key (--tls-key, [tls] key)"),
+			(None, Some(_)) => bail!("a TLS key is given without its certificate (--tls-cert, [tls] cert)"),
+		};
+
+		let key_file = self.auth.key;
+		let (publish, subscribe) = match self.auth.no_anonymous {
+			true => (Some(Vec::new()), Some(Vec::new())),
+			false => (self.auth.anonymous, self.auth.anonymous_subscribe),
+		};
+		let anonymous = match (publish, subscribe) {
+			(None, None) if key_file.is_none() => Anonymous::everything(),
+			(both, subscribe) => {
+				let both = both.unwrap_or_default();
+				Anonymous {
+					subscribe: both.iter().cloned().chain(subscribe.unwrap_or_default()).collect(),
+					publish: both,
+				}
+			}
+		};
+		if key_file.is_none() && anonymous.is_none() {
+			bail!(
+				"nobody could connect: anonymous access is off and there is no key file for tokens \
+				 (give --auth-key, or --anonymous PREFIX)"
+			);
+		}
+
+		let log_level = self.log_level.unwrap_or_else(|| "info".to_owned());
+		tracing_subscriber::EnvFilter::try_new(&log_level)
+			.with_context(|| format!("invalid log filter {log_level:?}"))?;
+
+		Ok(Config {
+			file: self.config,
+			listen,
+			http,
+			workers,
+			tls,
+			auth: AuthConfig { key_file, anonymous },
+			log_level,
+			shutdown_timeout: self.shutdown_timeout.map_or(DEFAULT_SHUTDOWN_TIMEOUT, |s| s.0),
+			cache_size: self.cache_size.map_or(DEFAULT_CACHE_SIZE, |s| s.0),
+			max_connections: self.max_connections.map(NonZeroUsize::get),
+			limits: self.limits.resolve().map_err(|e| anyhow::anyhow!("limits: {e}"))?,
+		})
+	}
+}
+
+/// A byte size from a flag (`256MiB`) or the file (a string, or a number of bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl FromStr for Size {
+	type Err = String;
+	fn from_str(text: &str) -> Result<Self, String> {
+		parse_size(text).map(Self)
+	}
+}
+
+impl Serialize for Size {
+	fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+		serializer.serialize_u64(self.0)
+	}
+}
+
+impl<'de> Deserialize<'de> for Size {
+	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+		#[derive(Deserialize)]
+		#[serde(untagged)]
+		enum Value {
+			Bytes(u64),
+			Text(String),
+		}
+		match Value::deserialize(deserializer)? {
+			Value::Bytes(bytes) => Ok(Self(bytes)),
+			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
 		}
 	}
 }
 
-impl SizeValue {
-	fn resolve(self) -> Result<u64, String> {
-		match self {
-			Self::Bytes(bytes) => Ok(bytes),
-			Self::Text(text) => parse_size(&text),
+/// A duration from a flag (`500ms`) or the file (a string, or a number of seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+	type Err = String;
+	fn from_str(text: &str) -> Result<Self, String> {
+		parse_duration(text).map(Self)
+	}
+}
+
+impl Serialize for Span {
+	fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+		serializer.serialize_f64(self.0.as_secs_f64())
+	}
+}
+
+impl<'de> Deserialize<'de> for Span {
+	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+		#[derive(Deserialize)]
+		#[serde(untagged)]
+		enum Value {
+			Seconds(f64),
+			Text(String),
+		}
+		match Value::deserialize(deserializer)? {
+			Value::Seconds(secs) => Duration::try_from_secs_f64(secs)
+				.map(Self)
+				.map_err(|_| serde::de::Error::custom(format!("{secs} is not a duration"))),
+			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
 		}
 	}
 }
@@ -700,6 +713,16 @@ mod tests {
 	}
 
 	#[test]
+	fn limit_flags_win_over_the_files_limits_key_by_key() {
+		let path = config_file("[limits]\nhandshakes = 10\nstream_window = \"64KiB\"");
+		let config = load(&[path.to_str().unwrap(), "--max-handshakes", "20"]).unwrap();
+		assert_eq!(config.limits.quic.handshakes, 20, "the flag");
+		assert_eq!(config.limits.stream_window, 64 << 10, "the file");
+		assert_eq!(config.limits.streams, Limits::default().streams, "the default");
+		remove(&path);
+	}
+
+	#[test]
 	fn the_log_filter_comes_from_the_flag_then_rust_log_then_the_file() {
 		let path = config_file("log_level = \"debug\"");
 		let file = path.to_str().unwrap();
@@ -793,6 +816,63 @@ mod tests {
 		assert!(parse_duration("1d").is_err());
 		assert!(parse_duration("s").is_err());
 		assert!(parse_duration("1e400").is_err());
+	}
+
+	/// The text of the `[tag: ...]` annotation in `help`, brackets inside backticks included.
+	fn annotation(help: &str, tag: &str) -> Option<String> {
+		let start = help.find(&format!("[{tag}: "))? + tag.len() + 3;
+		let mut quoted = false;
+		for (i, c) in help[start..].char_indices() {
+			match c {
+				'`' => quoted = !quoted,
+				']' if !quoted => return Some(help[start..start + i].to_owned()),
+				_ => {}
+			}
+		}
+		None
+	}
+
+	/// The configuration table the relay's README shows, made from `--help`.
+	fn options_table() -> String {
+		let mut table = String::from("| Flag | File | Default |\n|---|---|---|\n");
+		for arg in Config::command().get_arguments() {
+			let Some(long) = arg.get_long() else {
+				continue;
+			};
+			if long == "help" || long == "version" {
+				continue;
+			}
+			let help = arg.get_long_help().or_else(|| arg.get_help()).unwrap().to_string();
+			let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+			let takes_value = arg.get_action().takes_values() && arg.get_num_args().is_none_or(|n| n.min_values() > 0);
+			let value = arg
+				.get_value_names()
+				.and_then(|names| names.first())
+				.filter(|_| takes_value)
+				.map_or(String::new(), |name| format!(" {name}"));
+			let repeated = match arg.get_action() {
+				clap::ArgAction::Append => " (repeated)",
+				_ => "",
+			};
+			let file = annotation(&help, "file").map_or(String::new(), |file| match file.starts_with('`') {
+				true => file,
+				false => format!("`{file}`"),
+			});
+			let default = annotation(&help, "default").unwrap_or_default();
+			table.push_str(&format!("| `--{long}{value}`{repeated} | {file} | {default} |\n"));
+		}
+		table
+	}
+
+	#[test]
+	fn the_readmes_table_of_options_is_the_one_help_makes() {
+		// Before, the module docs, the README and --help each had a table, and they had drifted.
+		let readme = include_str!("../README.md");
+		let expected = options_table();
+		assert!(
+			readme.contains(&expected),
+			"moq-relay/README.md's configuration table differs from --help; it should read:\n\n{expected}"
+		);
 	}
 
 	#[test]

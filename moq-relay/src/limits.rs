@@ -6,16 +6,15 @@
 //! is taken and shown in `/metrics`; the relay's README states what they add up to per
 //! connection, measured.
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Serialize};
 
-use crate::config::{parse_duration, parse_size};
+use crate::config::{Size, Span};
 
 /// The limits as flags and as the file's `[limits]` table: every field optional, so an absent
 /// flag lets the file's value through and an absent key the default.
-#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitOptions {
 	/// QUIC handshakes in progress at once, from everywhere; more are refused
@@ -126,28 +125,6 @@ impl Default for Limits {
 }
 
 impl LimitOptions {
-	/// These options over `file`'s: a value given here wins.
-	pub fn over(self, file: Self) -> Self {
-		Self {
-			handshakes: self.handshakes.or(file.handshakes),
-			handshakes_per_ip: self.handshakes_per_ip.or(file.handshakes_per_ip),
-			retry_above: self.retry_above.or(file.retry_above),
-			handshake_timeout: self.handshake_timeout.or(file.handshake_timeout),
-			stream_window: self.stream_window.or(file.stream_window),
-			connection_window: self.connection_window.or(file.connection_window),
-			streams: self.streams.or(file.streams),
-			announces: self.announces.or(file.announces),
-			subscriptions: self.subscriptions.or(file.subscriptions),
-			track_requests: self.track_requests.or(file.track_requests),
-			groups_in_flight: self.groups_in_flight.or(file.groups_in_flight),
-			partial_bytes: self.partial_bytes.or(file.partial_bytes),
-			session_cache: self.session_cache.or(file.session_cache),
-			http_connections: self.http_connections.or(file.http_connections),
-			http_per_ip: self.http_per_ip.or(file.http_per_ip),
-			http_head_timeout: self.http_head_timeout.or(file.http_head_timeout),
-		}
-	}
-
 	/// The limits, defaults where nothing was given.
 	pub fn resolve(self) -> Result<Limits, String> {
 		let d = Limits::default();
@@ -183,60 +160,6 @@ impl LimitOptions {
 	}
 }
 
-/// A byte size from a flag (`256MiB`) or the file (a string, or a number of bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-impl FromStr for Size {
-	type Err = String;
-	fn from_str(text: &str) -> Result<Self, String> {
-		parse_size(text).map(Self)
-	}
-}
-
-impl<'de> Deserialize<'de> for Size {
-	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-		#[derive(Deserialize)]
-		#[serde(untagged)]
-		enum Value {
-			Bytes(u64),
-			Text(String),
-		}
-		match Value::deserialize(deserializer)? {
-			Value::Bytes(bytes) => Ok(Self(bytes)),
-			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
-		}
-	}
-}
-
-/// A duration from a flag (`500ms`) or the file (a string, or a number of seconds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span(pub Duration);
-
-impl FromStr for Span {
-	type Err = String;
-	fn from_str(text: &str) -> Result<Self, String> {
-		parse_duration(text).map(Self)
-	}
-}
-
-impl<'de> Deserialize<'de> for Span {
-	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-		#[derive(Deserialize)]
-		#[serde(untagged)]
-		enum Value {
-			Seconds(f64),
-			Text(String),
-		}
-		match Value::deserialize(deserializer)? {
-			Value::Seconds(secs) => Duration::try_from_secs_f64(secs)
-				.map(Self)
-				.map_err(|_| serde::de::Error::custom(format!("{secs} is not a duration"))),
-			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
-		}
-	}
-}
-
 /// `text` as a log field: peer-supplied strings are escaped (control characters, quotes and
 /// non-ASCII as Rust escapes, cut at 256 characters), so a path with a newline cannot forge a log
 /// line.
@@ -264,15 +187,11 @@ mod tests {
 	}
 
 	#[test]
-	fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+	fn the_file_fills_what_it_names_and_defaults_the_rest() {
 		let file: LimitOptions =
 			toml::from_str("handshakes = 10\nstream_window = \"64KiB\"\nhttp_head_timeout = 1.5").unwrap();
-		let flags = LimitOptions {
-			handshakes: Some(20),
-			..LimitOptions::default()
-		};
-		let limits = flags.over(file).resolve().unwrap();
-		assert_eq!(limits.quic.handshakes, 20);
+		let limits = file.resolve().unwrap();
+		assert_eq!(limits.quic.handshakes, 10);
 		assert_eq!(limits.stream_window, 64 << 10);
 		assert_eq!(limits.http_head_timeout, Duration::from_millis(1500));
 		assert_eq!(limits.session, moq_net::session::Limits::default());
