@@ -89,6 +89,7 @@ fn dir_index(dir: Dir) -> usize {
 
 /// Why a stream operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamError {
 	/// The peer reset the stream with this code.
 	Reset(u64),
@@ -111,7 +112,14 @@ impl std::fmt::Display for StreamError {
 	}
 }
 
-impl std::error::Error for StreamError {}
+impl std::error::Error for StreamError {
+	fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+		match self {
+			Self::ConnectionLost(err) => Some(err),
+			_ => None,
+		}
+	}
+}
 
 /// Our half of a send stream: data not yet handed to quinn-proto, and the scheduler's entry.
 struct SendHalf {

@@ -187,6 +187,7 @@ pub fn windows(stream: u32, connection: u32, streams: u32) -> TransportConfig {
 
 /// Why a connection could not be started.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ConnectError {
 	/// The endpoint has no client configuration.
 	NoClientConfig,
@@ -198,12 +199,19 @@ impl std::fmt::Display for ConnectError {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
 		match self {
 			Self::NoClientConfig => f.write_str("the endpoint has no client configuration"),
-			Self::Proto(e) => write!(f, "{e}"),
+			Self::Proto(_) => f.write_str("quinn-proto refused the connection"),
 		}
 	}
 }
 
-impl std::error::Error for ConnectError {}
+impl std::error::Error for ConnectError {
+	fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+		match self {
+			Self::Proto(err) => Some(err),
+			Self::NoClientConfig => None,
+		}
+	}
+}
 
 impl From<quinn_proto::ConnectError> for ConnectError {
 	fn from(e: quinn_proto::ConnectError) -> Self {

@@ -177,20 +177,45 @@ pub enum Verification {
 	Disabled,
 }
 
-/// Why a TLS configuration could not be built.
+/// Why a TLS configuration could not be built; the cause is kept ([`source`](std::error::Error::source)).
 #[derive(Debug)]
-pub struct TlsError(String);
+#[non_exhaustive]
+pub enum TlsError {
+	/// rustls refused the configuration (a certificate and key that do not match, a root it
+	/// cannot parse, a protocol version its provider lacks).
+	Rustls(rustls::Error),
+	/// The provider lacks the cipher suite QUIC's Initial packets need (TLS13_AES_128_GCM_SHA256).
+	CipherSuite(quinn_proto::crypto::rustls::NoInitialCipherSuite),
+}
 
 impl fmt::Display for TlsError {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-		f.write_str(&self.0)
+		match self {
+			Self::Rustls(_) => f.write_str("rustls refused the TLS configuration"),
+			Self::CipherSuite(_) => f.write_str("the TLS provider lacks QUIC's Initial cipher suite"),
+		}
 	}
 }
 
-impl std::error::Error for TlsError {}
+impl std::error::Error for TlsError {
+	fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+		match self {
+			Self::Rustls(err) => Some(err),
+			Self::CipherSuite(err) => Some(err),
+		}
+	}
+}
 
-fn tls_error(e: impl fmt::Display) -> TlsError {
-	TlsError(e.to_string())
+impl From<rustls::Error> for TlsError {
+	fn from(err: rustls::Error) -> Self {
+		Self::Rustls(err)
+	}
+}
+
+impl From<quinn_proto::crypto::rustls::NoInitialCipherSuite> for TlsError {
+	fn from(err: quinn_proto::crypto::rustls::NoInitialCipherSuite) -> Self {
+		Self::CipherSuite(err)
+	}
 }
 
 /// A rustls server configuration for QUIC: TLS 1.3, `alpn` in order of preference.
@@ -199,13 +224,11 @@ pub fn server_crypto(
 	alpn: &[&[u8]],
 ) -> Result<quinn_proto::crypto::rustls::QuicServerConfig, TlsError> {
 	let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-		.with_protocol_versions(&[&rustls::version::TLS13])
-		.map_err(tls_error)?
+		.with_protocol_versions(&[&rustls::version::TLS13])?
 		.with_no_client_auth()
-		.with_single_cert(certificate.chain.clone(), certificate.key.clone_key())
-		.map_err(tls_error)?;
+		.with_single_cert(certificate.chain.clone(), certificate.key.clone_key())?;
 	tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-	quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).map_err(tls_error)
+	quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).map_err(TlsError::from)
 }
 
 /// A rustls client configuration for QUIC: TLS 1.3, `alpn` offered in order.
@@ -215,13 +238,12 @@ pub fn client_crypto(
 ) -> Result<quinn_proto::crypto::rustls::QuicClientConfig, TlsError> {
 	let provider = provider();
 	let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-		.with_protocol_versions(&[&rustls::version::TLS13])
-		.map_err(tls_error)?;
+		.with_protocol_versions(&[&rustls::version::TLS13])?;
 	let mut tls = match verification {
 		Verification::Roots(roots) => {
 			let mut store = rustls::RootCertStore::empty();
 			for root in roots {
-				store.add(root.clone()).map_err(tls_error)?;
+				store.add(root.clone())?;
 			}
 			builder.with_root_certificates(store).with_no_client_auth()
 		}
@@ -238,7 +260,7 @@ pub fn client_crypto(
 			.with_no_client_auth(),
 	};
 	tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-	quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).map_err(tls_error)
+	quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).map_err(TlsError::from)
 }
 
 /// Accepts a server whose leaf certificate hashes to a pinned fingerprint (or any, with no pins),

@@ -139,6 +139,7 @@ impl Grant {
 
 /// Why a connection was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AuthError {
 	/// The connection may not do anything at that path; the session is closed with moq-lite's
 	/// `Unauthorized` code.

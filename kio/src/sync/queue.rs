@@ -26,6 +26,7 @@ pub struct Queue<T> {
 
 /// Why [`Queue::try_push`] did not queue the item, which it hands back.
 #[derive(PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushError<T> {
 	/// The bounded queue is full.
 	Full(T),

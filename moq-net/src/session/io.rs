@@ -10,7 +10,7 @@ use kio::Waiter;
 use super::SessionError;
 use super::budget::{Budget, Resource};
 use crate::coding::{Decode, DecodeError, Encode};
-use crate::model;
+use crate::lite::ErrorCode;
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
 
 /// A receive stream with a reassembly buffer. The common case, a message or a payload that
@@ -61,7 +61,7 @@ impl<R: RecvStream> Reader<R> {
 		let held = self.buf.len() as u64;
 		if held > self.charged {
 			if !budget.take(Resource::PartialBytes, held - self.charged) {
-				return Err(SessionError::Model(model::Error::BoundsExceeded));
+				return Err(SessionError::Refused(ErrorCode::BoundsExceeded));
 			}
 		} else if held < self.charged {
 			budget.give(Resource::PartialBytes, self.charged - held);

@@ -56,23 +56,35 @@ use crate::transport::{Transport, TransportError, TransportExt};
 /// The largest frame a session accepts (FrameTooLarge, 27, above it): a group's byte cap.
 pub const MAX_FRAME: u64 = model::group::MAX_GROUP_BYTES as u64;
 
-/// Why a session (or one of its streams) ended.
+/// Why a session, or one of its streams, ended. The one error policy of both halves:
+/// [`is_fatal`](Self::is_fatal) says whether it closes the session or only the stream it
+/// happened on, and [`code`](Self::code) is the code it closes or resets with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionError {
-	/// The transport failed or was closed.
+	/// The transport failed or was closed, or the peer reset or stopped the stream.
 	Transport(TransportError),
-	/// The peer sent bytes that do not decode.
+	/// The peer sent bytes that do not decode: fatal.
 	Decode(DecodeError),
-	/// A value we meant to send cannot be encoded.
+	/// A value we meant to send cannot be encoded: this stream only.
 	Encode(EncodeError),
-	/// The peer broke the protocol.
+	/// The peer broke the protocol: fatal.
 	Protocol(ErrorCode),
-	/// The model refused (unknown track, duplicate group, ...).
+	/// A request refused on its own stream (a role that does not allow it, a stream type we do not
+	/// serve, a budget spent): this stream only.
+	Refused(ErrorCode),
+	/// The model refused (unknown track, duplicate group, an evicted group, ...): this stream
+	/// only.
 	Model(model::Error),
 }
 
 impl SessionError {
+	/// Whether the error closes the session (the peer's bytes do not decode, or it broke the
+	/// protocol), rather than only the stream it happened on.
+	pub fn is_fatal(&self) -> bool {
+		matches!(self, Self::Decode(_) | Self::Protocol(_))
+	}
+
 	/// The docs/moq-lite-05.md §2.8 code to reset a stream or close the session with.
 	pub fn code(&self) -> u64 {
 		match self {
@@ -82,7 +94,7 @@ impl SessionError {
 			Self::Transport(_) => ErrorCode::Transport.code(),
 			Self::Decode(err) => err.code(),
 			Self::Encode(err) => err.code(),
-			Self::Protocol(code) => code.code(),
+			Self::Protocol(code) | Self::Refused(code) => code.code(),
 			Self::Model(err) => model_code(err),
 		}
 	}
@@ -95,12 +107,23 @@ impl fmt::Display for SessionError {
 			Self::Decode(err) => write!(f, "decode: {err}"),
 			Self::Encode(err) => write!(f, "encode: {err}"),
 			Self::Protocol(code) => write!(f, "protocol violation: {code:?}"),
+			Self::Refused(code) => write!(f, "refused: {code:?}"),
 			Self::Model(err) => write!(f, "{err}"),
 		}
 	}
 }
 
-impl std::error::Error for SessionError {}
+impl std::error::Error for SessionError {
+	fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+		match self {
+			Self::Transport(err) => Some(err),
+			Self::Decode(err) => Some(err),
+			Self::Encode(err) => Some(err),
+			Self::Model(err) => Some(err),
+			Self::Protocol(_) | Self::Refused(_) => None,
+		}
+	}
+}
 
 /// The docs/moq-lite-05.md §2.8 code of a model error.
 pub fn model_code(err: &model::Error) -> u64 {

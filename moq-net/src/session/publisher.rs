@@ -54,24 +54,20 @@ async fn serve<T: Transport + 'static>(
 		(ControlType::Track, Some(origin)) => track(&mut send, &mut reader, origin).await,
 		(ControlType::Subscribe, Some(origin)) => subscribe(&inner, &mut send, &mut reader, origin).await,
 		(ControlType::Fetch, Some(origin)) => fetch(&mut send, &mut reader, origin).await,
-		(ControlType::Announce | ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => Err(
-			SessionError::Model(model::Error::Aborted(ErrorCode::InvalidRole.code())),
-		),
+		(ControlType::Announce | ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => {
+			Err(SessionError::Refused(ErrorCode::InvalidRole))
+		}
 		// We advertise no Probe level, so a Probe stream is refused.
-		(ControlType::Probe, _) => Err(SessionError::Model(model::Error::Aborted(
-			ErrorCode::Unsupported.code(),
-		))),
+		(ControlType::Probe, _) => Err(SessionError::Refused(ErrorCode::Unsupported)),
 		// GOAWAY is only logged by the reference implementation; read it and move on.
 		(ControlType::Goaway, _) => goaway(&mut reader).await,
-		(ControlType::Session, _) => Err(SessionError::Model(model::Error::Aborted(
-			ErrorCode::UnexpectedStream.code(),
-		))),
+		(ControlType::Session, _) => Err(SessionError::Refused(ErrorCode::UnexpectedStream)),
 	};
 	conclude(&inner, &mut send, result);
 }
 
-/// Ends a served stream: a protocol or decode error closes the session; anything else resets
-/// only this stream.
+/// Ends a served stream: a fatal error closes the session; anything else resets only this
+/// stream (with Cancel when the transport failed under it: the code is ours, not the peer's).
 fn conclude<T: Transport + 'static, S: SendStream>(
 	inner: &Inner<T>,
 	send: &mut Sending<S>,
@@ -79,7 +75,7 @@ fn conclude<T: Transport + 'static, S: SendStream>(
 ) {
 	match result {
 		Ok(()) => {}
-		Err(err @ (SessionError::Decode(_) | SessionError::Protocol(_))) => inner.fail(&err),
+		Err(err) if err.is_fatal() => inner.fail(&err),
 		Err(SessionError::Transport(_)) => send.reset(ErrorCode::Cancel.code()),
 		Err(err) => send.reset(err.code()),
 	}
@@ -307,7 +303,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let _charge = inner
 		.budget
 		.hold(Resource::Subscriptions)
-		.ok_or(SessionError::Model(model::Error::BoundsExceeded))?;
+		.ok_or(SessionError::Refused(ErrorCode::BoundsExceeded))?;
 	let broadcast = broadcast(origin, &request.broadcast)?;
 	let mut subscription = Subscription {
 		priority: request.priority,

@@ -22,15 +22,10 @@ use crate::model::{
 };
 use crate::transport::{RecvStream, Transport, TransportError, TransportExt};
 
-/// A decode or protocol error is the peer's fault and closes the session.
-fn is_fatal(err: &SessionError) -> bool {
-	matches!(err, SessionError::Decode(_) | SessionError::Protocol(_))
-}
-
 /// Requests the peer's announcements and mirrors them into `origin`.
 pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, origin: OriginProducer) {
 	if let Err(err) = announcements(&inner, &origin).await
-		&& is_fatal(&err)
+		&& err.is_fatal()
 	{
 		inner.fail(&err);
 	}
@@ -175,7 +170,7 @@ async fn forward<T: Transport + 'static>(
 	_charge: Held,
 ) {
 	if let Err(err) = fetch_track(&inner, &path, &track).await {
-		if is_fatal(&err) {
+		if err.is_fatal() {
 			inner.fail(&err);
 		}
 		track.abort(model::Error::Aborted(err.code()));
@@ -338,7 +333,7 @@ async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::Recv) {
 	let mut reader = Reader::charged(recv, &inner.budget);
 	match read_group(&inner, &mut reader).await {
 		Ok(()) => {}
-		Err(err) if is_fatal(&err) => inner.fail(&err),
+		Err(err) if err.is_fatal() => inner.fail(&err),
 		Err(err) => reader.stop(err.code()),
 	}
 }
