@@ -15,12 +15,13 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
+pub use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 /// The longest validity a generated certificate gets (browsers refuse pinned certificates valid for
@@ -45,13 +46,7 @@ impl Certificate {
 	pub fn self_signed(names: &[&str], validity: Duration) -> Result<Self, rcgen::Error> {
 		let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
 		let mut params = rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
-		// A day of slack for clocks behind ours; the validity counts from there.
-		let start = SystemTime::now() - Duration::from_secs(24 * 3600);
-		let end = start + validity.min(MAX_SELF_SIGNED_VALIDITY);
-		let (y, m, d, secs) = utc_date(start);
-		params.not_before = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
-		let (y, m, d, secs) = utc_date(end);
-		params.not_after = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(secs);
+		(params.not_before, params.not_after) = validity_window(SystemTime::now(), validity);
 		params
 			.distinguished_name
 			.push(rcgen::DnType::CommonName, names.first().copied().unwrap_or("moq"));
@@ -124,6 +119,14 @@ impl fmt::Debug for Certificate {
 			.field("fingerprint", &self.fingerprint_hex())
 			.finish_non_exhaustive()
 	}
+}
+
+/// A self-signed certificate's validity: from a day before `now` (slack for clocks behind ours)
+/// for `validity`, at most [`MAX_SELF_SIGNED_VALIDITY`].
+fn validity_window(now: SystemTime, validity: Duration) -> (time::OffsetDateTime, time::OffsetDateTime) {
+	let start = now - Duration::from_secs(24 * 3600);
+	let end = start + validity.min(MAX_SELF_SIGNED_VALIDITY);
+	(time::OffsetDateTime::from(start), time::OffsetDateTime::from(end))
 }
 
 /// SHA-256 of a DER certificate, with the provider's hash (no extra crate).
@@ -312,38 +315,23 @@ impl ServerCertVerifier for PinnedVerifier {
 	}
 }
 
-/// A UTC date and the seconds into it (days-to-civil conversion, so the `time` crate need not be a
-/// direct dependency).
-fn utc_date(at: SystemTime) -> (i32, u8, u8, u64) {
-	let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-	let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-	(year, month, day, secs % 86_400)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i32, u8, u8) {
-	let z = days + 719_468;
-	let era = z.div_euclid(146_097);
-	let doe = z.rem_euclid(146_097);
-	let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-	let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	let mp = (5 * doy + 2) / 153;
-	let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-	let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-	let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
-	(year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
+	use std::time::UNIX_EPOCH;
+
 	use super::*;
 
 	#[test]
-	fn civil_dates_match_known_days() {
-		assert_eq!(civil_from_days(0), (1970, 1, 1));
-		assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-		assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-		assert_eq!(civil_from_days(20_787), (2026, 11, 30));
+	fn validity_starts_a_day_early_and_lasts_at_most_fourteen_days() {
+		let day = |n: u64| UNIX_EPOCH + Duration::from_secs(n * 86_400);
+		let date = |at: time::OffsetDateTime| (at.year(), u8::from(at.month()), at.day());
+		let (start, end) = validity_window(day(20_788), Duration::from_secs(30 * 86_400));
+		assert_eq!(date(start), (2026, 11, 30));
+		assert_eq!(date(end), (2026, 12, 14), "clamped to 14 days");
+		let (start, _) = validity_window(day(19_783), Duration::from_secs(86_400));
+		assert_eq!(date(start), (2024, 2, 29));
+		let (start, _) = validity_window(day(1), Duration::from_secs(86_400));
+		assert_eq!(date(start), (1970, 1, 1));
 	}
 
 	#[test]

@@ -62,7 +62,8 @@ pub struct Routes {
 }
 
 impl Routes {
-	/// Serves `fingerprint` (see [`fingerprint`]) and the exposition `metrics` renders, with a
+	/// Serves `fingerprint` (the certificate's lowercase hex SHA-256,
+	/// [`Certificate::fingerprint_hex`](moq_quic::Certificate::fingerprint_hex)) and the exposition `metrics` renders, with a
 	/// 10 s timeout and 256 connections at most.
 	pub fn new(fingerprint: impl Into<String>, metrics: impl Fn() -> String + 'static) -> Self {
 		Self {
@@ -120,16 +121,6 @@ impl std::fmt::Debug for Routes {
 			.field("max_connections", &self.max_connections)
 			.finish_non_exhaustive()
 	}
-}
-
-/// The lowercase hex SHA-256 of `der`, as `/certificate.sha256` serves it.
-pub fn fingerprint(der: &[u8]) -> String {
-	let digest = ring::digest::digest(&ring::digest::SHA256, der);
-	let mut hex = String::with_capacity(64);
-	for byte in digest.as_ref() {
-		let _ = write!(hex, "{byte:02x}");
-	}
-	hex
 }
 
 /// The connection tasks of one [`serve`], aborted when it is dropped (on shutdown the relay
@@ -545,7 +536,7 @@ mod tests {
 		let addr = listener.local_addr();
 		let scrapes = Rc::new(Cell::new(0));
 		let counter = scrapes.clone();
-		let routes = Routes::new(fingerprint(b"abc"), move || {
+		let routes = Routes::new(FINGERPRINT_OF_ABC, move || {
 			counter.set(counter.get() + 1);
 			let mut prom = metrics::Prom::new();
 			prom.counter("scrapes_total", "Scrapes.", counter.get());
@@ -577,7 +568,11 @@ mod tests {
 
 	#[test]
 	fn fingerprint_is_lowercase_hex_sha256() {
-		assert_eq!(fingerprint(b"abc"), FINGERPRINT_OF_ABC);
+		let der = moq_quic::tls::CertificateDer::from(b"abc".to_vec());
+		assert_eq!(
+			moq_quic::tls::hex(&moq_quic::tls::fingerprint(&der)),
+			FINGERPRINT_OF_ABC
+		);
 	}
 
 	#[test]
