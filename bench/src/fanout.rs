@@ -103,7 +103,7 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 /// application's read, plus the executor's share.
 pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	use moq_net::model::Origin;
-	use moq_net::session::{self, Config};
+	use moq_net::lite::session::{self, Config};
 	use moq_net::transport::memory;
 	use moq_net::{Path, Subscription};
 

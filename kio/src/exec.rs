@@ -41,7 +41,8 @@ use slab::Slab;
 use crate::task::raw::{Run, TaskCell};
 use crate::task::{JoinHandle, RemoteJoinHandle};
 use crate::time::{Clock, Timers};
-use crate::uring::{Ring, RingStats, Woken, sys};
+use crate::sys;
+use crate::uring::{Ring, RingStats, Woken};
 use crate::waker::{self, MAIN_SLOT, Msg, WorkerShared};
 use crate::{Error, Waiter};
 

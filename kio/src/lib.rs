@@ -38,6 +38,8 @@ pub mod net;
 pub mod sync;
 pub mod task;
 pub mod time;
+#[allow(unsafe_code)] // System calls outside the ring: see the module docs.
+mod sys;
 #[allow(unsafe_code)] // System calls and ring buffers: see the module docs.
 mod uring;
 pub mod waiter;
@@ -62,13 +64,12 @@ use std::task::{Context, Poll};
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spawn, worker_count, worker_index};
 pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 #[doc(hidden)]
-pub use uring::sys::pin_current_thread;
-pub use uring::sys::process_cpu_time;
+pub use sys::{pin_current_thread, process_cpu_time};
 
 /// Process signals for a server's shutdown: block them everywhere first, then wait for one on a
 /// thread of its own (no handler runs; nothing async-signal-unsafe can happen).
 pub mod signal {
-	pub use crate::uring::sys::{block_signals, wait_signal};
+	pub use crate::sys::{block_signals, wait_signal};
 	pub use libc::{SIGINT, SIGTERM};
 }
 pub use uring::{IoCounters, RingStats, io_counters};

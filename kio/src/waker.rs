@@ -21,7 +21,7 @@ use std::task::{RawWaker, RawWakerVTable, Waker};
 
 use crate::Waiter;
 use crate::exec;
-use crate::uring::sys;
+use crate::sys;
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("kio packs wakers into a 64-bit data pointer");

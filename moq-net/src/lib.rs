@@ -10,15 +10,16 @@
 //! in-memory implementation for tests and benchmarks.
 //!
 //! [`coding`] holds the wire primitives (varints, strings, paths; incremental, bounded
-//! [`Decode`](coding::Decode) / [`Encode`](coding::Encode)) and [`lite`] every moq-lite-05
-//! message, stream type and error code built from them. The model never imports either.
+//! [`Decode`](coding::Decode) / [`Encode`](coding::Encode)); [`lite`] is the moq-lite protocol:
+//! every moq-lite-05 message, stream type and error code built from them, and
+//! [`lite::session`], the sessions that speak it over a transport. The model never imports
+//! either.
 
 #![forbid(unsafe_code)]
 
 pub mod coding;
 pub mod lite;
 pub mod model;
-pub mod session;
 pub mod transport;
 
 pub use model::{

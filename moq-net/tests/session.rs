@@ -11,7 +11,7 @@ use bytes::Bytes;
 use moq_net::coding::Encode;
 use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subscribe, Track};
 use moq_net::model::{Origin, TrackConsumer};
-use moq_net::session::{self, Config, Session};
+use moq_net::lite::session::{self, Config, Session};
 use moq_net::transport::memory::{self, Memory};
 use moq_net::transport::{RecvStream, SendStream, SendStreamExt, TransportExt};
 use moq_net::{BroadcastProducer, Frame, Path, Subscription, Timestamp, TrackInfo, TrackProducer};

@@ -612,7 +612,7 @@ async fn send(shared: Rc<EndpointShared>) {
 		.await;
 		match &shared.io {
 			Io::Udp(socket) => {
-				let mut sends: Vec<Pin<Box<kio::net::Send<'_>>>> = Vec::with_capacity(batch.len());
+				let mut sends: Vec<Pin<Box<kio::net::UdpSend<'_>>>> = Vec::with_capacity(batch.len());
 				for out in batch.drain(..) {
 					let mut transmit = kio::net::Transmit::new(out.destination, &out.buf);
 					if let Some(size) = out.segment_size.filter(|s| *s < out.buf.len()) {
@@ -644,7 +644,7 @@ async fn send(shared: Rc<EndpointShared>) {
 }
 
 /// Waits for every send; returns how many failed.
-async fn join_all(sends: &mut [Pin<Box<kio::net::Send<'_>>>]) -> u64 {
+async fn join_all(sends: &mut [Pin<Box<kio::net::UdpSend<'_>>>]) -> u64 {
 	let mut done = vec![false; sends.len()];
 	let mut failed = 0;
 	std::future::poll_fn(|cx| {

@@ -46,8 +46,8 @@ impl Connection {
 }
 
 impl Transport for Connection {
-	type Send = MoqSend;
-	type Recv = MoqRecv;
+	type SendHalf = MoqSend;
+	type RecvHalf = MoqRecv;
 
 	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<MoqSend, TransportError>> {
 		self.poll_open(waiter, Dir::Uni)

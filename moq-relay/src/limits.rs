@@ -94,7 +94,7 @@ pub struct Limits {
 	/// Streams per direction per connection.
 	pub streams: u32,
 	/// Per session.
-	pub session: moq_net::session::Limits,
+	pub session: moq_net::lite::session::Limits,
 	/// Cache bytes per publishing session; `None` for a quarter of the cache.
 	pub session_cache: Option<u64>,
 	/// HTTP connections at once.
@@ -115,7 +115,7 @@ impl Default for Limits {
 			// 170 KB per connection (handshake or idle), 256 cost 72 KB (tests/memory.rs). 256
 			// concurrent group streams or requests is far more than a publisher or viewer uses.
 			streams: 256,
-			session: moq_net::session::Limits::default(),
+			session: moq_net::lite::session::Limits::default(),
 			session_cache: None,
 			http_connections: 256,
 			http_per_ip: 16,
@@ -145,7 +145,7 @@ impl LimitOptions {
 			stream_window: window(self.stream_window, d.stream_window, "stream_window")?,
 			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
 			streams: self.streams.unwrap_or(d.streams),
-			session: moq_net::session::Limits {
+			session: moq_net::lite::session::Limits {
 				announces: self.announces.unwrap_or(d.session.announces),
 				subscriptions: self.subscriptions.unwrap_or(d.session.subscriptions),
 				track_requests: self.track_requests.unwrap_or(d.session.track_requests),
@@ -194,7 +194,7 @@ mod tests {
 		assert_eq!(limits.quic.handshakes, 10);
 		assert_eq!(limits.stream_window, 64 << 10);
 		assert_eq!(limits.http_head_timeout, Duration::from_millis(1500));
-		assert_eq!(limits.session, moq_net::session::Limits::default());
+		assert_eq!(limits.session, moq_net::lite::session::Limits::default());
 		assert!(
 			toml::from_str::<LimitOptions>("handshake = 1").is_err(),
 			"a typo is an error"

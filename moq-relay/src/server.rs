@@ -29,7 +29,7 @@ use kio::net::TcpListener;
 use kio::sync::{Consumer, Producer, Queue};
 use moq_net::lite::ErrorCode;
 use moq_net::model::{Origin, Path, Pool};
-use moq_net::session::{self, Counters};
+use moq_net::lite::session::{self, Counters};
 use moq_quic::{Certificate, Connection, Endpoint, EndpointStats};
 use tracing::{debug, info, warn};
 

@@ -14,7 +14,7 @@ use common::*;
 use moq_net::coding::{Decode, Encode};
 use moq_net::lite::{ControlType, ErrorCode, Subscribe, Track, TrackInfo as WireTrackInfo};
 use moq_net::model::{Origin, Path};
-use moq_net::session::SessionError;
+use moq_net::lite::session::SessionError;
 use moq_net::transport::TransportError;
 use moq_quic::{Connection, ConnectionError, StreamError};
 use moq_relay::auth::{self, Anonymous, AuthConfig};

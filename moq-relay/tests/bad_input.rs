@@ -13,7 +13,7 @@ use common::*;
 use moq_net::coding::Encode;
 use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup};
 use moq_net::model::Origin;
-use moq_net::session;
+use moq_net::lite::session;
 use moq_quic::Connection;
 
 /// Runs one case: the offender must be closed with `code`, and the healthy viewer on the same

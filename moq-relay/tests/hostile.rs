@@ -234,9 +234,9 @@ fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 	// Before: every group spawned a task holding the group for as long as the subscriber did not
 	// read, with no limit (1,024 streams open, then every further group waiting to open one).
 	let limits = Limits {
-		session: moq_net::session::Limits {
+		session: moq_net::lite::session::Limits {
 			groups_in_flight: 16,
-			..moq_net::session::Limits::default()
+			..moq_net::lite::session::Limits::default()
 		},
 		..Limits::default()
 	};
@@ -266,9 +266,9 @@ fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
 	// Before: each stream buffered its partial message or frame whole (up to 64 KiB per message,
 	// 32 MiB per frame), for as many streams as the peer opened.
 	let limits = Limits {
-		session: moq_net::session::Limits {
+		session: moq_net::lite::session::Limits {
 			partial_bytes: 1 << 20,
-			..moq_net::session::Limits::default()
+			..moq_net::lite::session::Limits::default()
 		},
 		..Limits::default()
 	};
@@ -305,9 +305,9 @@ fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 	// Before: every name asked for created a track on the publisher's broadcast, kept for the
 	// broadcast's life, with an upstream request each and no limit.
 	let limits = Limits {
-		session: moq_net::session::Limits {
+		session: moq_net::lite::session::Limits {
 			track_requests: 32,
-			..moq_net::session::Limits::default()
+			..moq_net::lite::session::Limits::default()
 		},
 		..Limits::default()
 	};
@@ -343,9 +343,9 @@ fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 fn announcements_past_a_sessions_budget_are_ignored() {
 	// Before: a session could announce without limit, each announcement kept in the origin.
 	let limits = Limits {
-		session: moq_net::session::Limits {
+		session: moq_net::lite::session::Limits {
 			announces: 100,
-			..moq_net::session::Limits::default()
+			..moq_net::lite::session::Limits::default()
 		},
 		..Limits::default()
 	};

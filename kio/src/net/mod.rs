@@ -8,11 +8,11 @@
 //!
 //! Every operation that may wait follows kio's calling convention: `poll_x(&self or &mut self,
 //! waiter)` plus `async fn x`. The exception is [`UdpSocket::send`], which returns a future type
-//! ([`Send`]) because the send owns its copy of the payload and may turn into several operations
+//! ([`UdpSend`]) because the send owns its copy of the payload and may turn into several operations
 //! (the GSO fallback); dropping it cancels what is still in flight.
 
 pub mod tcp;
 pub mod udp;
 
 pub use tcp::{TcpListener, TcpStream};
-pub use udp::{Ecn, MAX_GSO_SEGMENTS, RecvTrain, Segments, Send, Transmit, UdpConfig, UdpSocket, UdpStats};
+pub use udp::{Ecn, MAX_GSO_SEGMENTS, RecvTrain, Segments, Transmit, UdpSend, UdpConfig, UdpSocket, UdpStats};

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::task::Poll;
 
 use crate::Waiter;
-use crate::uring::socket::{self, set_int};
+use crate::sys::socket::{self, set_int};
 use crate::uring::tcp::{self, IoBuf};
 use crate::uring::{Fd, MultiOp, Op};
 

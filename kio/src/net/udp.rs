@@ -34,7 +34,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use crate::uring::socket::{self, bind, get_int, set_int};
+use crate::sys::socket::{self, bind, get_int, set_int};
 use crate::uring::udp::{self, RECV_HEADER, SendBuf};
 use crate::uring::{BufRing, Fd, MultiOp, Op, RxBuf, SendMeta};
 use crate::{Park, Waiter};
@@ -527,12 +527,12 @@ impl UdpSocket {
 	/// Sends `transmit`: one `sendmsg` for a datagram or a GSO train (see the module docs). The
 	/// payload is copied into a buffer the operation owns, so `transmit` need not outlive the
 	/// call. Resolves to the bytes sent. Dropping the future cancels what is still in flight.
-	pub fn send(&self, transmit: &Transmit<'_>) -> Send<'_> {
+	pub fn send(&self, transmit: &Transmit<'_>) -> UdpSend<'_> {
 		let state = match self.prepare(transmit) {
 			Ok(state) => state,
 			Err(e) => SendState::Failed(e),
 		};
-		Send {
+		UdpSend {
 			socket: self,
 			state,
 			park: Park::new(),
@@ -796,13 +796,13 @@ enum SendState {
 
 /// The future of [`UdpSocket::send`]: it owns the payload's copy and the operations in flight.
 #[must_use = "futures do nothing unless awaited"]
-pub struct Send<'a> {
+pub struct UdpSend<'a> {
 	socket: &'a UdpSocket,
 	state: SendState,
 	park: Park,
 }
 
-impl Future for Send<'_> {
+impl Future for UdpSend<'_> {
 	type Output = io::Result<usize>;
 
 	fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
@@ -812,7 +812,7 @@ impl Future for Send<'_> {
 	}
 }
 
-impl Drop for Send<'_> {
+impl Drop for UdpSend<'_> {
 	fn drop(&mut self) {
 		if let SendState::One { hooked: true, .. } = self.state {
 			let _ = self.socket.set_no_check(false);
@@ -820,9 +820,9 @@ impl Drop for Send<'_> {
 	}
 }
 
-impl std::fmt::Debug for Send<'_> {
+impl std::fmt::Debug for UdpSend<'_> {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("Send").field("socket", &self.socket.local).finish()
+		f.debug_struct("UdpSend").field("socket", &self.socket.local).finish()
 	}
 }
 

@@ -71,13 +71,11 @@
 //!    is the memory the kernel could have touched freed. If the deadline passed with requests in
 //!    flight, that memory is **leaked** instead: the kernel may still write it.
 
-mod addr;
+pub(crate) mod addr;
 mod buf;
 mod cmsg;
 mod fd;
 mod op;
-pub(crate) mod socket;
-pub(crate) mod sys;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 
@@ -276,7 +274,7 @@ impl Ring {
 	/// (for tests of the refusal path).
 	pub(crate) fn new(entries: u32, denied: &[&'static str]) -> Result<Self, Error> {
 		let ring = build(entries, denied)?;
-		let wake_fd = sys::eventfd().map_err(Error::Io)?;
+		let wake_fd = crate::sys::eventfd().map_err(Error::Io)?;
 		Ok(Self {
 			ring,
 			wake_fd,

@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use moq_net::coding::Encode;
 use moq_net::lite::{DataType, Setup};
 use moq_net::model::Origin;
-use moq_net::session::{self, Config};
+use moq_net::lite::session::{self, Config};
 use moq_net::transport::memory;
 use moq_net::transport::{SendStream, SendStreamExt, TransportExt};
 use moq_net::{Frame, Path, Timestamp, TrackInfo};

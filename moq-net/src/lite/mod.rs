@@ -1,7 +1,11 @@
-//! moq-lite-05 on the wire: stream types, messages and error codes (docs/moq-lite-05.md §2).
+//! The moq-lite protocol: on the wire, stream types, messages and error codes
+//! (docs/moq-lite-05.md §2), pure encoding and decoding; and [`session`], the sessions that speak
+//! it over a [`Transport`](crate::transport::Transport). Every session here is a moq-lite session
+//! (05 today); other protocols would sit beside this module, over the same model and transport.
 //!
 //! # Layout
 //!
+//! - [`session`]: SETUP, the publisher and subscriber halves, budgets (docs/moq-net.md §3).
 //! - [`stream`]: the varint at the start of every stream ([`ControlType`] on bidi streams,
 //!   [`DataType`] on uni streams).
 //! - [`setup`]: the [`Setup`] message and its parameters.
@@ -31,6 +35,7 @@
 pub mod error;
 pub mod message;
 pub mod setup;
+pub mod session;
 pub mod stream;
 
 pub use error::ErrorCode;

@@ -121,8 +121,8 @@ impl fmt::Debug for Memory {
 }
 
 impl Transport for Memory {
-	type Send = MemorySend;
-	type Recv = MemoryRecv;
+	type SendHalf = MemorySend;
+	type RecvHalf = MemoryRecv;
 
 	fn poll_open_uni(&self, _waiter: &Waiter) -> Poll<Result<MemorySend, TransportError>> {
 		let (send, wakes) = {

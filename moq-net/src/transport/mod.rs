@@ -48,21 +48,21 @@ impl fmt::Display for TransportError {
 impl std::error::Error for TransportError {}
 
 /// Both halves of a bidirectional stream of transport `T`.
-pub type BiStream<T> = (<T as Transport>::Send, <T as Transport>::Recv);
+pub type BiStream<T> = (<T as Transport>::SendHalf, <T as Transport>::RecvHalf);
 
 /// A connection.
 pub trait Transport {
 	/// The sending half of a stream.
-	type Send: SendStream;
+	type SendHalf: SendStream;
 	/// The receiving half of a stream.
-	type Recv: RecvStream;
+	type RecvHalf: RecvStream;
 
 	/// Opens a unidirectional stream.
-	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<Self::Send, TransportError>>;
+	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<Self::SendHalf, TransportError>>;
 	/// Opens a bidirectional stream.
 	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<BiStream<Self>, TransportError>>;
 	/// Accepts the peer's next unidirectional stream.
-	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<Self::Recv, TransportError>>;
+	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<Self::RecvHalf, TransportError>>;
 	/// Accepts the peer's next bidirectional stream.
 	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<BiStream<Self>, TransportError>>;
 	/// Sends a datagram (best effort).
@@ -102,7 +102,7 @@ pub trait RecvStream {
 /// Async wrappers, one line each.
 pub trait TransportExt: Transport {
 	/// See [`Transport::poll_open_uni`].
-	fn open_uni(&self) -> impl Future<Output = Result<Self::Send, TransportError>> {
+	fn open_uni(&self) -> impl Future<Output = Result<Self::SendHalf, TransportError>> {
 		kio::wait(|w| self.poll_open_uni(w))
 	}
 	/// See [`Transport::poll_open_bi`].
@@ -110,7 +110,7 @@ pub trait TransportExt: Transport {
 		kio::wait(|w| self.poll_open_bi(w))
 	}
 	/// See [`Transport::poll_accept_uni`].
-	fn accept_uni(&self) -> impl Future<Output = Result<Self::Recv, TransportError>> {
+	fn accept_uni(&self) -> impl Future<Output = Result<Self::RecvHalf, TransportError>> {
 		kio::wait(|w| self.poll_accept_uni(w))
 	}
 	/// See [`Transport::poll_accept_bi`].

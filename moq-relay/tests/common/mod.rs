@@ -15,7 +15,7 @@ use moq_net::model::{
 	BroadcastConsumer, BroadcastProducer, Frame, Origin, OriginConsumer, OriginProducer, Path, Publication,
 	Subscription, Timestamp, TrackConsumer, TrackInfo, TrackProducer,
 };
-use moq_net::session;
+use moq_net::lite::session;
 use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};

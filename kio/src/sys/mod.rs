@@ -1,4 +1,8 @@
-//! Raw system calls outside the ring: the unpark eventfd, CPU affinity and CPU time.
+//! System calls outside the ring: the unpark eventfd, CPU affinity and CPU time, signals, and
+//! the blocking socket set-up in [`socket`]. (Everything that may wait goes through the ring, in
+//! `uring/`.) Like `uring/`, every `unsafe` block here names the rule it relies on.
+
+pub(crate) mod socket;
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};

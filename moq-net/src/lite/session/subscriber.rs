@@ -329,7 +329,7 @@ pub(super) async fn accept_groups<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 	}
 }
 
-async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::Recv) {
+async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::RecvHalf) {
 	let mut reader = Reader::charged(recv, &inner.budget);
 	match read_group(&inner, &mut reader).await {
 		Ok(()) => {}

@@ -32,8 +32,8 @@ pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, publish: Op
 
 async fn serve<T: Transport + 'static>(
 	inner: Rc<Inner<T>>,
-	send: T::Send,
-	recv: T::Recv,
+	send: T::SendHalf,
+	recv: T::RecvHalf,
 	publish: Option<OriginConsumer>,
 ) {
 	let mut reader = Reader::charged(recv, &inner.budget);
@@ -492,7 +492,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 #[cfg(test)]
 mod tests {
 	use super::*;
-	use crate::session::model_code;
+	use crate::lite::session::model_code;
 
 	#[test]
 	fn subscriber_priority_then_newer_groups_first() {

@@ -7,8 +7,8 @@
 use std::io;
 use std::net::SocketAddr;
 
-use super::addr::RawAddr;
-use super::fd::Fd;
+use crate::uring::Fd;
+use crate::uring::addr::RawAddr;
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
 	if rc < 0 {
