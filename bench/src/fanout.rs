@@ -102,8 +102,8 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 /// header, the frame), the viewer session's ingest (accept, decode, cache) and the viewer
 /// application's read, plus the executor's share.
 pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
-	use moq_net::model::Origin;
 	use moq_net::lite::session::{self, Config};
+	use moq_net::model::Origin;
 	use moq_net::transport::memory;
 	use moq_net::{Path, Subscription};
 

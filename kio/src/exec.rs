@@ -38,10 +38,10 @@ use std::time::Instant;
 
 use slab::Slab;
 
+use crate::sys;
 use crate::task::raw::{Run, TaskCell};
 use crate::task::{JoinHandle, RemoteJoinHandle};
 use crate::time::{Clock, Timers};
-use crate::sys;
 use crate::uring::{Ring, RingStats, Woken};
 use crate::waker::{self, MAIN_SLOT, Msg, WorkerShared};
 use crate::{Error, Waiter};

@@ -36,10 +36,10 @@
 pub mod exec;
 pub mod net;
 pub mod sync;
-pub mod task;
-pub mod time;
 #[allow(unsafe_code)] // System calls outside the ring: see the module docs.
 mod sys;
+pub mod task;
+pub mod time;
 #[allow(unsafe_code)] // System calls and ring buffers: see the module docs.
 mod uring;
 pub mod waiter;
@@ -62,9 +62,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spawn, worker_count, worker_index};
-pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 #[doc(hidden)]
 pub use sys::{pin_current_thread, process_cpu_time};
+pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
 
 /// Process signals for a server's shutdown: block them everywhere first, then wait for one on a
 /// thread of its own (no handler runs; nothing async-signal-unsafe can happen).

@@ -20,6 +20,8 @@
 pub mod coding;
 pub mod lite;
 pub mod model;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod transport;
 
 pub use model::{

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use moq_net::coding::Encode;
+use moq_net::lite::session::{self, Config, Session};
 use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subscribe, Track};
 use moq_net::model::{Origin, TrackConsumer};
-use moq_net::lite::session::{self, Config, Session};
+use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::memory::{self, Memory};
 use moq_net::transport::{RecvStream, SendStream, SendStreamExt, TransportExt};
-use moq_net::{BroadcastProducer, Frame, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
+use moq_net::{BroadcastProducer, Path, Subscription, TrackInfo, TrackProducer};
 
 const RELAY_ID: u64 = 100;
 
@@ -67,55 +68,15 @@ fn client(origin: u64, path: &str) -> Config {
 	}
 }
 
-fn frame(seq: u64) -> Frame {
-	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())
-}
-
-fn publish(track: &TrackProducer, seq: u64) {
-	let mut group = track.create_group(seq).unwrap();
-	group.write_frame(frame(seq)).unwrap();
-	group.finish().unwrap();
-}
-
 /// A publisher client's local broadcast `name` with one track "video".
 fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, moq_net::model::Publication) {
-	let (broadcast, publication) = origin
-		.producer()
-		.create_broadcast(&Path::new(name), Default::default())
-		.unwrap();
 	let info = TrackInfo {
 		timescale: 1000,
 		latency_max: Duration::from_secs(7),
 		priority: 3,
 		ordered: true,
 	};
-	let track = broadcast.create_track("video", info).unwrap();
-	(broadcast, track, publication)
-}
-
-/// Waits until `origin` has a broadcast at `path`, through its announcement cursor.
-async fn announced(origin: &Origin, path: &str) -> moq_net::BroadcastConsumer {
-	let mut cursor = origin.consumer().announced(&Path::default());
-	loop {
-		let update = cursor.next().await;
-		if update.path == Path::new(path)
-			&& let Some(broadcast) = update.broadcast
-		{
-			return broadcast;
-		}
-	}
-}
-
-/// The next `n` (sequence, first frame's payload) of a cursor.
-async fn take(cursor: &mut TrackConsumer, n: usize) -> Vec<(u64, u64)> {
-	let mut got = Vec::new();
-	while got.len() < n {
-		let mut group = cursor.recv_group().await.unwrap().expect("a group");
-		let frame = group.read_frame().await.unwrap().unwrap();
-		let value = u64::from_le_bytes(frame.payload[..8].try_into().unwrap());
-		got.push((group.sequence(), value));
-	}
-	got
+	test_support::local_broadcast(origin, name, info)
 }
 
 fn sub(priority: u8) -> Subscription {
@@ -391,13 +352,6 @@ async fn send_bi(raw: &Memory, bytes: Vec<u8>, fin: bool) -> (memory::MemorySend
 	(send, recv)
 }
 
-fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
-	let mut bytes = Vec::new();
-	kind.encode(&mut bytes);
-	message.encode(&mut bytes);
-	bytes
-}
-
 /// Runs one bad-input case: the raw connection must close with `code`, and the healthy viewer
 /// must keep receiving before and after.
 async fn bad_input(case: impl AsyncFnOnce(&Memory), code: u64) {
@@ -519,19 +473,7 @@ fn an_oversized_frame_closes_only_the_offender() {
 		track.used().await;
 		// Forge the group stream by hand (the model itself would refuse such a frame).
 		let mut send = evil.open_uni().await.unwrap();
-		let mut bytes = typed(
-			u64::from(DataType::Group),
-			&GroupHeader {
-				subscribe_id: 0,
-				sequence: 0,
-			},
-		);
-		FrameHeader {
-			timestamp_delta: 0,
-			size: session::MAX_FRAME + 1,
-		}
-		.encode(&mut bytes);
-		send.write(Bytes::from(bytes)).await.unwrap();
+		send.write(Bytes::from(test_support::oversized_group(0))).await.unwrap();
 		assert_eq!(evil.closed().await, 27);
 		healthy.still_receives().await;
 	});

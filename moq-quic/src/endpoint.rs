@@ -477,58 +477,42 @@ impl EndpointShared {
 				}
 			}
 			Some(DatagramEvent::NewConnection(incoming)) => {
-				if state.config.server.is_none() || state.closed {
-					let transmit = state.proto.refuse(incoming, &mut response);
-					state.stats.refused += 1;
-					drop(state);
-					self.respond(transmit, &response);
-					state = self.state.borrow_mut();
-				} else {
-					let ip = incoming.remote_address().ip();
-					let budget = state.config.handshakes.clone();
-					match budget.admit(ip, incoming.remote_address_validated(), incoming.may_retry()) {
-						Admit::Accept => {}
-						Admit::Retry => {
-							let transmit = match state.proto.retry(incoming, &mut response) {
-								Ok(transmit) => transmit,
-								Err(err) => state.proto.refuse(err.into_incoming(), &mut response),
-							};
-							drop(state);
-							self.respond(transmit, &response);
-							let mut state = self.state.borrow_mut();
-							response.clear();
-							state.response = response;
-							return;
-						}
-						Admit::Refuse => {
-							let transmit = state.proto.refuse(incoming, &mut response);
-							state.stats.refused += 1;
-							drop(state);
-							self.respond(transmit, &response);
-							let mut state = self.state.borrow_mut();
-							response.clear();
-							state.response = response;
-							return;
-						}
-					}
-					match state.proto.accept(incoming, now, &mut response, None) {
+				let ip = incoming.remote_address().ip();
+				let budget = state.config.handshakes.clone();
+				let admit = match state.config.server.is_none() || state.closed {
+					true => Admit::Refuse,
+					false => budget.admit(ip, incoming.remote_address_validated(), incoming.may_retry()),
+				};
+				// A refusal or a Retry is a stateless answer; an accepted connection gets a driver.
+				let answer = match admit {
+					Admit::Accept => match state.proto.accept(incoming, now, &mut response, None) {
 						Ok((handle, conn)) => {
 							state.handshaking.insert(handle, ip);
 							drop(state);
 							// Its driver hands it to `accept` once the handshake is complete.
 							adopt(self, handle, conn);
 							state = self.state.borrow_mut();
+							None
 						}
 						Err(error) => {
 							budget.release(ip);
 							state.stats.refused += 1;
-							if let Some(transmit) = error.response {
-								drop(state);
-								self.respond(transmit, &response);
-								state = self.state.borrow_mut();
-							}
+							error.response
 						}
+					},
+					Admit::Retry => match state.proto.retry(incoming, &mut response) {
+						Ok(transmit) => Some(transmit),
+						Err(err) => Some(state.proto.refuse(err.into_incoming(), &mut response)),
+					},
+					Admit::Refuse => {
+						state.stats.refused += 1;
+						Some(state.proto.refuse(incoming, &mut response))
 					}
+				};
+				if let Some(transmit) = answer {
+					drop(state);
+					self.respond(transmit, &response);
+					state = self.state.borrow_mut();
 				}
 			}
 			Some(DatagramEvent::Response(transmit)) => {

@@ -7,8 +7,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::{Context as _, bail};
-use moq_net::model::{OriginConsumer, OriginProducer};
 use moq_net::lite::session::{self, PeerSetup, Session};
+use moq_net::model::{OriginConsumer, OriginProducer};
 use moq_quic::{Connection, Endpoint, Verification};
 
 /// A `moqt://host[:port]/path[?query]` URL.

@@ -28,8 +28,8 @@ use anyhow::Context as _;
 use kio::net::TcpListener;
 use kio::sync::{Consumer, Producer, Queue};
 use moq_net::lite::ErrorCode;
-use moq_net::model::{Origin, Path, Pool};
 use moq_net::lite::session::{self, Counters};
+use moq_net::model::{Origin, Path, Pool};
 use moq_quic::{Certificate, Connection, Endpoint, EndpointStats};
 use tracing::{debug, info, warn};
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use moq_net::coding::Encode;
-use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup};
-use moq_net::model::Origin;
 use moq_net::lite::session;
+use moq_net::lite::{ControlType, DataType, GroupHeader, Setup};
+use moq_net::model::Origin;
 use moq_quic::Connection;
 
 /// Runs one case: the offender must be closed with `code`, and the healthy viewer on the same
@@ -119,19 +119,7 @@ fn an_oversized_frame_closes_only_the_offender() {
 			.unwrap();
 		track.used().await;
 		let mut send = conn.open_uni().await.unwrap();
-		let mut bytes = typed(
-			u64::from(DataType::Group),
-			&GroupHeader {
-				subscribe_id: 0,
-				sequence: 0,
-			},
-		);
-		FrameHeader {
-			timestamp_delta: 0,
-			size: session::MAX_FRAME + 1,
-		}
-		.encode(&mut bytes);
-		send.write(Bytes::from(bytes)).await.unwrap();
+		send.write(Bytes::from(test_support::oversized_group(0))).await.unwrap();
 		assert_eq!(close_code(&conn).await, 27);
 		healthy.still_receives().await;
 		healthy.still_receives().await;

@@ -26,6 +26,13 @@ use moq_relay::limits::Limits;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// A relay on two workers whose session limits `adjust` changes from the defaults.
+fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) -> Relay {
+	let mut limits = Limits::default();
+	adjust(&mut limits.session);
+	Relay::start_limited(2, limits, 64 << 20)
+}
+
 /// The value of the unlabelled metric `name`.
 async fn metric(relay: &Relay, name: &str) -> u64 {
 	metric_at(relay.bound.http.unwrap(), name).await
@@ -233,14 +240,7 @@ fn half_open_handshakes_are_capped_per_address_and_in_total() {
 fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 	// Before: every group spawned a task holding the group for as long as the subscriber did not
 	// read, with no limit (1,024 streams open, then every further group waiting to open one).
-	let limits = Limits {
-		session: moq_net::lite::session::Limits {
-			groups_in_flight: 16,
-			..moq_net::lite::session::Limits::default()
-		},
-		..Limits::default()
-	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_with_session(|limits| limits.groups_in_flight = 16);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;
@@ -265,29 +265,13 @@ fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
 	// Before: each stream buffered its partial message or frame whole (up to 64 KiB per message,
 	// 32 MiB per frame), for as many streams as the peer opened.
-	let limits = Limits {
-		session: moq_net::lite::session::Limits {
-			partial_bytes: 1 << 20,
-			..moq_net::lite::session::Limits::default()
-		},
-		..Limits::default()
-	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_with_session(|limits| limits.partial_bytes = 1 << 20);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;
 		let attacker = raw(&relay, &endpoint, true).await;
-		let mut streams = Vec::new();
-		// 600 ANNOUNCE_REQUESTs, each declaring 60,000 bytes and sending 50,000: 30 MB held
-		// unfinished if nothing charged it.
-		for _ in 0..600 {
-			let (mut send, recv) = attacker.open_bi().await.unwrap();
-			let mut bytes = vec![u64::from(ControlType::Announce) as u8];
-			bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]); // varint 60,000
-			bytes.resize(5 + 50_000, b'x');
-			send.write(Bytes::from(bytes)).await.unwrap();
-			streams.push((send, recv));
-		}
+		// 600 unfinished requests: 30 MB held if nothing charged it.
+		let streams = unfinished_requests(&attacker, 600).await;
 		let refusals = metric_until(&relay, "moq_relay_budget_refusals_total", |n| n > 0).await;
 		let held = metric(&relay, "moq_relay_partial_bytes").await;
 		assert!(held <= 1 << 20, "{held} partial bytes held");
@@ -304,14 +288,7 @@ fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
 fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 	// Before: every name asked for created a track on the publisher's broadcast, kept for the
 	// broadcast's life, with an upstream request each and no limit.
-	let limits = Limits {
-		session: moq_net::lite::session::Limits {
-			track_requests: 32,
-			..moq_net::lite::session::Limits::default()
-		},
-		..Limits::default()
-	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_with_session(|limits| limits.track_requests = 32);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;
@@ -342,14 +319,7 @@ fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 #[test]
 fn announcements_past_a_sessions_budget_are_ignored() {
 	// Before: a session could announce without limit, each announcement kept in the origin.
-	let limits = Limits {
-		session: moq_net::lite::session::Limits {
-			announces: 100,
-			..moq_net::lite::session::Limits::default()
-		},
-		..Limits::default()
-	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_with_session(|limits| limits.announces = 100);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;

@@ -17,9 +17,7 @@ mod common;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use moq_net::lite::ControlType;
 use moq_net::model::{Origin, Path, Route};
 use moq_quic::Endpoint;
 use moq_relay::client;
@@ -28,6 +26,18 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 fn mib(bytes: u64) -> f64 {
 	bytes as f64 / f64::from(1 << 20)
+}
+
+/// Prints what `what` took, from `base` to `held` resident bytes; the growth.
+fn grew(what: &str, base: u64, held: u64) -> u64 {
+	let grown = held.saturating_sub(base);
+	println!(
+		"{what}: RSS {:.1} -> {:.1} MiB (+{:.1})",
+		mib(base),
+		mib(held),
+		mib(grown)
+	);
+	grown
 }
 
 /// Waits until the relay's metric `name` satisfies `ok` (polling `/metrics`: a bound on a state
@@ -95,12 +105,8 @@ fn a_handshake_in_progress_and_an_idle_connection() {
 		);
 		until(&relay, "moq_relay_handshakes", |n| n == HANDSHAKES as u64).await;
 		let held = settled_rss(&relay).await;
-		let per_handshake = held.saturating_sub(base) / HANDSHAKES as u64;
-		println!(
-			"Y: {HANDSHAKES} handshakes in progress: RSS {:.1} -> {:.1} MiB, {per_handshake} bytes each",
-			mib(base),
-			mib(held)
-		);
+		let per_handshake = grew(&format!("Y: {HANDSHAKES} handshakes in progress"), base, held) / HANDSHAKES as u64;
+		println!("   {per_handshake} bytes each");
 		assert!(per_handshake < 128 << 10, "{per_handshake} bytes per handshake");
 
 		let base = held;
@@ -110,12 +116,8 @@ fn a_handshake_in_progress_and_an_idle_connection() {
 		}
 		until(&relay, "moq_relay_sessions", |n| n == IDLE as u64).await;
 		let held = settled_rss(&relay).await;
-		let per_connection = held.saturating_sub(base) / IDLE as u64;
-		println!(
-			"Z: {IDLE} idle established connections: RSS {:.1} -> {:.1} MiB, {per_connection} bytes each",
-			mib(base),
-			mib(held)
-		);
+		let per_connection = grew(&format!("Z: {IDLE} idle established connections"), base, held) / IDLE as u64;
+		println!("   {per_connection} bytes each");
 		assert!(per_connection < 256 << 10, "{per_connection} bytes per idle connection");
 		drop(idle);
 	});
@@ -131,26 +133,16 @@ fn one_connection_at_its_worst() {
 		let attacker = raw_to(&endpoint, relay.quic, &relay.verification(), true).await;
 		// Unfinished ANNOUNCE_REQUESTs, 60,000 bytes declared and 50,000 sent, on 1,000 streams:
 		// 50 MB the relay would hold if nothing charged it.
-		let mut streams = Vec::new();
-		for _ in 0..1000 {
-			let (mut send, recv) = attacker.open_bi().await.unwrap();
-			let mut bytes = vec![u64::from(ControlType::Announce) as u8];
-			bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]);
-			bytes.resize(5 + 50_000, b'x');
-			send.write(Bytes::from(bytes)).await.unwrap();
-			streams.push((send, recv));
-		}
+		let streams = unfinished_requests(&attacker, 1000).await;
 		until(&relay, "moq_relay_budget_refusals_total", |n| n > 0).await;
 		let partial = metric_at(relay.http, "moq_relay_partial_bytes").await;
 		let held = settled_rss(&relay).await;
-		println!(
-			"X (partial input): {:.1} MiB held unfinished by the budget; RSS {:.1} -> {:.1} MiB (+{:.1})",
-			mib(partial),
-			mib(base),
-			mib(held),
-			mib(held.saturating_sub(base))
+		let what = format!(
+			"X (partial input, {:.1} MiB held unfinished by the budget)",
+			mib(partial)
 		);
-		assert!(held.saturating_sub(base) < 32 << 20, "{:.1} MiB", mib(held - base));
+		let grown = grew(&what, base, held);
+		assert!(grown < 32 << 20, "{:.1} MiB", mib(grown));
 		drop(streams);
 	});
 }
@@ -182,12 +174,7 @@ fn one_connection_announcing_past_its_budget() {
 		.unwrap();
 		until(&relay, "moq_relay_broadcasts", |n| n == 1024).await;
 		let held = settled_rss(&relay).await;
-		println!(
-			"X (announcements): 1024 of 4096 kept; RSS {:.1} -> {:.1} MiB (+{:.1})",
-			mib(base),
-			mib(held),
-			mib(held.saturating_sub(base))
-		);
-		assert!(held.saturating_sub(base) < 16 << 20);
+		let grown = grew("X (announcements, 1,024 of 4,096 kept)", base, held);
+		assert!(grown < 16 << 20);
 	});
 }

@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::{RELAY, Running, within};
-use std::io::{BufRead, BufReader, Read};
+use common::{RELAY, Running, lines, within};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use moq_net::lite::ErrorCode;
@@ -145,14 +144,7 @@ fn a_closed_stdout_does_not_stop_the_relay() {
 		.stderr(Stdio::piped())
 		.spawn()
 		.expect("starting the relay");
-	let stderr = child.stderr.take().unwrap();
-	let (tx, rx) = mpsc::channel();
-	std::thread::spawn(move || {
-		for line in BufReader::new(stderr).lines() {
-			let Ok(line) = line else { break };
-			let _ = tx.send(line);
-		}
-	});
+	let rx = lines(child.stderr.take().unwrap());
 	let mut log = String::new();
 	let start = Instant::now();
 	let quic: SocketAddr = loop {

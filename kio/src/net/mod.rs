@@ -15,4 +15,4 @@ pub mod tcp;
 pub mod udp;
 
 pub use tcp::{TcpListener, TcpStream};
-pub use udp::{Ecn, MAX_GSO_SEGMENTS, RecvTrain, Segments, Transmit, UdpSend, UdpConfig, UdpSocket, UdpStats};
+pub use udp::{Ecn, MAX_GSO_SEGMENTS, RecvTrain, Segments, Transmit, UdpConfig, UdpSend, UdpSocket, UdpStats};

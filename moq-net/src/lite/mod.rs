@@ -34,8 +34,8 @@
 
 pub mod error;
 pub mod message;
-pub mod setup;
 pub mod session;
+pub mod setup;
 pub mod stream;
 
 pub use error::ErrorCode;

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use moq_net::coding::Encode;
-use moq_net::model::{
-	BroadcastConsumer, BroadcastProducer, Frame, Origin, OriginConsumer, OriginProducer, Path, Publication,
-	Subscription, Timestamp, TrackConsumer, TrackInfo, TrackProducer,
-};
 use moq_net::lite::session;
+use moq_net::model::{
+	BroadcastProducer, Origin, OriginConsumer, OriginProducer, Publication, Subscription, TrackConsumer, TrackInfo,
+	TrackProducer,
+};
+#[allow(unused_imports)] // Each test crate uses a different subset.
+pub(crate) use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
@@ -154,53 +155,13 @@ async fn connect(
 
 /// A local broadcast `name` with one track "video".
 pub(crate) fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, Publication) {
-	let (broadcast, publication) = origin
-		.producer()
-		.create_broadcast(&Path::new(name), Default::default())
-		.unwrap();
 	let info = TrackInfo {
 		timescale: 1000,
 		latency_max: Duration::from_secs(30),
 		priority: 1,
 		ordered: true,
 	};
-	let track = broadcast.create_track("video", info).unwrap();
-	(broadcast, track, publication)
-}
-
-pub(crate) fn frame(seq: u64) -> Frame {
-	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())
-}
-
-pub(crate) fn publish(track: &TrackProducer, seq: u64) {
-	let mut group = track.create_group(seq).unwrap();
-	group.write_frame(frame(seq)).unwrap();
-	group.finish().unwrap();
-}
-
-/// Waits until `origin` has a broadcast at `path`.
-pub(crate) async fn announced(origin: &Origin, path: &str) -> BroadcastConsumer {
-	let mut cursor = origin.consumer().announced(&Path::default());
-	loop {
-		let update = cursor.next().await;
-		if update.path == Path::new(path)
-			&& let Some(broadcast) = update.broadcast
-		{
-			return broadcast;
-		}
-	}
-}
-
-/// The next `n` (sequence, first frame's payload as u64) of a cursor.
-pub(crate) async fn take(cursor: &mut TrackConsumer, n: usize) -> Vec<(u64, u64)> {
-	let mut got = Vec::new();
-	while got.len() < n {
-		let mut group = cursor.recv_group().await.unwrap().expect("a group");
-		let frame = group.read_frame().await.unwrap().unwrap();
-		let value = u64::from_le_bytes(frame.payload[..8].try_into().unwrap());
-		got.push((group.sequence(), value));
-	}
-	got
+	test_support::local_broadcast(origin, name, info)
 }
 
 pub(crate) fn sub() -> Subscription {
@@ -294,13 +255,6 @@ pub(crate) async fn raw_to(
 	conn
 }
 
-pub(crate) fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
-	let mut bytes = Vec::new();
-	kind.encode(&mut bytes);
-	message.encode(&mut bytes);
-	bytes
-}
-
 /// The application code the relay closed `conn` with.
 pub(crate) async fn close_code(conn: &Connection) -> u64 {
 	match conn.closed().await {
@@ -335,6 +289,20 @@ pub(crate) fn initials_to(to: SocketAddr, verification: &Verification, from: IpA
 
 // --- the relay binary as a process -------------------------------------------------------------
 
+/// Every line `read` produces, sent as it comes by a thread of its own that reads to the end,
+/// even once the lines are no longer wanted: closing the pipe early would make the relay's later
+/// writes fail.
+pub(crate) fn lines(read: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+	let (tx, rx) = mpsc::channel();
+	std::thread::spawn(move || {
+		for line in BufReader::new(read).lines() {
+			let Ok(line) = line else { break };
+			let _ = tx.send(line);
+		}
+	});
+	rx
+}
+
 /// The relay binary cargo built for these tests.
 pub(crate) const RELAY: &str = env!("CARGO_BIN_EXE_moq-relay");
 
@@ -366,16 +334,7 @@ impl Running {
 			.stderr(Stdio::piped())
 			.spawn()
 			.expect("starting the relay");
-		let stdout = child.stdout.take().unwrap();
-		let (tx, rx) = mpsc::channel();
-		// Read to its end all along, even once the lines are no longer wanted: closing the pipe
-		// early would make the relay's later banner lines fail.
-		std::thread::spawn(move || {
-			for line in BufReader::new(stdout).lines() {
-				let Ok(line) = line else { break };
-				let _ = tx.send(line);
-			}
-		});
+		let rx = lines(child.stdout.take().unwrap());
 		// Read to its end all along, so the relay never writes into a full or closed pipe.
 		let mut stderr = child.stderr.take().unwrap();
 		let stderr = std::thread::spawn(move || {
@@ -452,4 +411,23 @@ pub(crate) async fn metric_at(http: SocketAddr, name: &str) -> u64 {
 	body.lines()
 		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 		.unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+/// Opens `count` bidirectional streams on `conn`, each an ANNOUNCE_REQUEST that declares 60,000
+/// bytes and sends 50,000 of them: input the relay must hold unfinished, or refuse. The streams
+/// are kept open (returned) so the peer does not finish or reset them.
+pub(crate) async fn unfinished_requests(
+	conn: &Connection,
+	count: usize,
+) -> Vec<(moq_quic::SendStream, moq_quic::RecvStream)> {
+	let mut streams = Vec::new();
+	for _ in 0..count {
+		let (mut send, recv) = conn.open_bi().await.unwrap();
+		let mut bytes = vec![u64::from(moq_net::lite::ControlType::Announce) as u8];
+		bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]); // a 4-byte varint: 60,000
+		bytes.resize(5 + 50_000, b'x');
+		send.write(bytes::Bytes::from(bytes)).await.unwrap();
+		streams.push((send, recv));
+	}
+	streams
 }

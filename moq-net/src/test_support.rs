@@ -1,0 +1,88 @@
+//! Helpers the workspace's tests share (feature `test-support`): a local broadcast with a
+//! "video" track, one-frame groups that carry their own sequence, waiting for an announcement,
+//! and taking groups from a cursor. moq-net's session tests and the relay's end-to-end tests
+//! both use them, so the two never drift apart.
+
+use crate::coding::Encode;
+use crate::lite::session::MAX_FRAME;
+use crate::lite::{DataType, FrameHeader, GroupHeader};
+use crate::model::{BroadcastConsumer, BroadcastProducer, Origin, Path, Publication};
+use crate::{Frame, Timestamp, TrackConsumer, TrackInfo, TrackProducer};
+
+/// A frame for group `seq`: its payload is `seq` (little-endian), its timestamp `seq × 33 ms`.
+pub fn frame(seq: u64) -> Frame {
+	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())
+}
+
+/// Publishes a finished one-frame group with sequence `seq`.
+pub fn publish(track: &TrackProducer, seq: u64) {
+	let mut group = track.create_group(seq).unwrap();
+	group.write_frame(frame(seq)).unwrap();
+	group.finish().unwrap();
+}
+
+/// A broadcast at `name` in `origin` with one track "video" of `info`.
+pub fn local_broadcast(
+	origin: &Origin,
+	name: &str,
+	info: TrackInfo,
+) -> (BroadcastProducer, TrackProducer, Publication) {
+	let (broadcast, publication) = origin
+		.producer()
+		.create_broadcast(&Path::new(name), Default::default())
+		.unwrap();
+	let track = broadcast.create_track("video", info).unwrap();
+	(broadcast, track, publication)
+}
+
+/// Waits until `origin` announces a broadcast at `path`.
+pub async fn announced(origin: &Origin, path: &str) -> BroadcastConsumer {
+	let mut cursor = origin.consumer().announced(&Path::default());
+	loop {
+		let update = cursor.next().await;
+		if update.path == Path::new(path)
+			&& let Some(broadcast) = update.broadcast
+		{
+			return broadcast;
+		}
+	}
+}
+
+/// The next `n` (sequence, first frame's payload as u64) of a cursor.
+pub async fn take(cursor: &mut TrackConsumer, n: usize) -> Vec<(u64, u64)> {
+	let mut got = Vec::new();
+	while got.len() < n {
+		let mut group = cursor.recv_group().await.unwrap().expect("a group");
+		let frame = group.read_frame().await.unwrap().unwrap();
+		let value = u64::from_le_bytes(frame.payload[..8].try_into().unwrap());
+		got.push((group.sequence(), value));
+	}
+	got
+}
+
+/// A stream's first bytes: its type, then `message`.
+pub fn typed(kind: u64, message: &impl Encode) -> Vec<u8> {
+	let mut bytes = Vec::new();
+	kind.encode(&mut bytes);
+	message.encode(&mut bytes);
+	bytes
+}
+
+/// A group stream's first bytes for subscription `subscribe_id`, declaring a frame one byte over
+/// the largest a session accepts (FrameTooLarge, 27): what a hostile publisher forges, since the
+/// model itself refuses such a frame.
+pub fn oversized_group(subscribe_id: u64) -> Vec<u8> {
+	let mut bytes = typed(
+		u64::from(DataType::Group),
+		&GroupHeader {
+			subscribe_id,
+			sequence: 0,
+		},
+	);
+	FrameHeader {
+		timestamp_delta: 0,
+		size: MAX_FRAME + 1,
+	}
+	.encode(&mut bytes);
+	bytes
+}
