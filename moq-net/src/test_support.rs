@@ -5,9 +5,10 @@
 
 use crate::coding::Encode;
 use crate::lite::session::MAX_FRAME;
-use crate::lite::{DataType, FrameHeader, GroupHeader};
+use crate::lite::{DataType, FrameHeader, GroupHeader, Subscribe};
 use crate::model::{BroadcastConsumer, BroadcastProducer, Origin, Path, Publication};
 use crate::{Frame, Timestamp, TrackConsumer, TrackInfo, TrackProducer};
+use std::time::Duration;
 
 /// A frame for group `seq`: its payload is `seq` (little-endian), its timestamp `seq × 33 ms`.
 pub fn frame(seq: u64) -> Frame {
@@ -85,4 +86,32 @@ pub fn oversized_group(subscribe_id: u64) -> Vec<u8> {
 	}
 	.encode(&mut bytes);
 	bytes
+}
+
+/// A SETUP stream (type 1) whose SETUP repeats a parameter: Decode (5) for whoever reads it.
+pub const DUPLICATE_PARAMETER_SETUP: &[u8] = &[0x01, 0x07, 0x02, 0x05, 0x01, 0x01, 0x05, 0x01, 0x02];
+
+/// A video track's info: milliseconds, ordered, with this retention and publisher priority.
+pub fn video(latency_max: Duration, priority: u8) -> TrackInfo {
+	TrackInfo {
+		timescale: 1000,
+		latency_max,
+		priority,
+		ordered: true,
+	}
+}
+
+/// SUBSCRIBE `id` to `track` of `broadcast` with every other field zero: from the latest group,
+/// no end, priority 0, unordered, no latency.
+pub fn subscribe(id: u64, broadcast: &str, track: &str) -> Subscribe {
+	Subscribe {
+		id,
+		broadcast: Path::new(broadcast),
+		track: track.into(),
+		priority: 0,
+		ordered: false,
+		latency_max: Duration::ZERO,
+		start: None,
+		end: None,
+	}
 }

@@ -10,12 +10,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use moq_net::coding::Encode;
 use moq_net::lite::session::{self, Config, Session};
-use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subscribe, Track};
+use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Track};
 use moq_net::model::{Origin, TrackConsumer};
 use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::memory::{self, Memory};
 use moq_net::transport::{RecvStream, SendStream, SendStreamExt, TransportExt};
-use moq_net::{BroadcastProducer, Path, Subscription, TrackInfo, TrackProducer};
+use moq_net::{BroadcastProducer, Path, Subscription, TrackProducer};
 
 const RELAY_ID: u64 = 100;
 
@@ -70,13 +70,7 @@ fn client(origin: u64, path: &str) -> Config {
 
 /// A publisher client's local broadcast `name` with one track "video".
 fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, moq_net::model::Publication) {
-	let info = TrackInfo {
-		timescale: 1000,
-		latency_max: Duration::from_secs(7),
-		priority: 3,
-		ordered: true,
-	};
-	test_support::local_broadcast(origin, name, info)
+	test_support::local_broadcast(origin, name, test_support::video(Duration::from_secs(7), 3))
 }
 
 fn sub(priority: u8) -> Subscription {
@@ -515,9 +509,7 @@ fn an_invalid_setup_closes_the_connection() {
 		let mut setup = raw.open_uni().await.unwrap();
 		// SETUP with a duplicate parameter: Decode (5).
 		setup
-			.write(Bytes::from_static(&[
-				0x01, 0x07, 0x02, 0x05, 0x01, 0x01, 0x05, 0x01, 0x02,
-			]))
+			.write(Bytes::from_static(test_support::DUPLICATE_PARAMETER_SETUP))
 			.await
 			.unwrap();
 		setup.finish().unwrap();
@@ -530,16 +522,7 @@ fn an_invalid_setup_closes_the_connection() {
 fn a_duplicate_subscribe_id_closes_only_the_offender() {
 	kio::block_on(bad_input(
 		async |raw| {
-			let subscribe = Subscribe {
-				id: 4,
-				broadcast: Path::new("bbb"),
-				track: "video".into(),
-				priority: 0,
-				ordered: false,
-				latency_max: Duration::ZERO,
-				start: None,
-				end: None,
-			};
+			let subscribe = test_support::subscribe(4, "bbb", "video");
 			let bytes = typed(u64::from(ControlType::Subscribe), &subscribe);
 			std::mem::forget(send_bi(raw, bytes.clone(), false).await);
 			std::mem::forget(send_bi(raw, bytes, false).await);

@@ -81,9 +81,7 @@ fn an_invalid_setup_closes_the_connection() {
 			// SETUP with a duplicate parameter: Decode (5).
 			let mut setup = conn.open_uni().await.unwrap();
 			setup
-				.write(Bytes::from_static(&[
-					0x01, 0x07, 0x02, 0x05, 0x01, 0x01, 0x05, 0x01, 0x02,
-				]))
+				.write(Bytes::from_static(test_support::DUPLICATE_PARAMETER_SETUP))
 				.await
 				.unwrap();
 			setup.finish().unwrap();

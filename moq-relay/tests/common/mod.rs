@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use moq_net::lite::session;
 use moq_net::model::{
-	BroadcastProducer, Origin, OriginConsumer, OriginProducer, Publication, Subscription, TrackConsumer, TrackInfo,
-	TrackProducer,
+	BroadcastProducer, Origin, OriginConsumer, OriginProducer, Publication, Subscription, TrackConsumer, TrackProducer,
 };
 #[allow(unused_imports)] // Each test crate uses a different subset.
 pub(crate) use moq_net::test_support::{self, announced, frame, publish, take, typed};
@@ -155,13 +154,7 @@ async fn connect(
 
 /// A local broadcast `name` with one track "video".
 pub(crate) fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProducer, Publication) {
-	let info = TrackInfo {
-		timescale: 1000,
-		latency_max: Duration::from_secs(30),
-		priority: 1,
-		ordered: true,
-	};
-	test_support::local_broadcast(origin, name, info)
+	test_support::local_broadcast(origin, name, test_support::video(Duration::from_secs(30), 1))
 }
 
 pub(crate) fn sub() -> Subscription {
