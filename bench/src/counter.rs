@@ -120,6 +120,11 @@ pub fn is_child() -> bool {
 	std::env::var_os(CHILD_ENV).is_some()
 }
 
+/// Whether `perf_event_open` counts instructions here.
+pub fn has_pmu() -> bool {
+	perf_counter(true).is_ok()
+}
+
 /// Picks the source: perf instructions, else callgrind, else task clock. Says on stderr why it
 /// fell back.
 pub fn detect() -> Source {
@@ -135,7 +140,8 @@ pub fn detect() -> Source {
 	Source::TaskClock
 }
 
-fn valgrind_available() -> bool {
+/// Whether `valgrind` is on the `PATH`.
+pub fn valgrind_available() -> bool {
 	Command::new("valgrind")
 		.arg("--version")
 		.output()
@@ -169,24 +175,33 @@ pub fn count(
 /// Runs this executable under callgrind with `child_args` and `--cycles cycles`, and returns the
 /// total instructions it executed.
 fn callgrind_total(child_args: &[String], cycles: u64) -> io::Result<u64> {
+	let mut args = child_args.to_vec();
+	args.extend(["--cycles".to_owned(), cycles.to_string()]);
+	callgrind_run(&args).map(|(total, _)| total)
+}
+
+/// Runs this executable under callgrind with `args` (and [`CHILD_ENV`] set, so it knows to just
+/// run its workload); returns the user-space instructions it executed and what it printed on
+/// stdout (a harness's child reports what it did there, such as how many operations it ran).
+pub fn callgrind_run(args: &[String]) -> io::Result<(u64, String)> {
 	let exe = std::env::current_exe()?;
-	let out = temp_path(cycles);
-	let status = Command::new("valgrind")
+	let out = temp_path(args.len() as u64);
+	let output = Command::new("valgrind")
 		.arg("--tool=callgrind")
 		.arg(format!("--callgrind-out-file={}", out.display()))
 		.arg("--quiet")
 		.arg(&exe)
-		.args(child_args)
-		.arg("--cycles")
-		.arg(cycles.to_string())
+		.args(args)
 		.env(CHILD_ENV, "1")
-		.status()?;
-	if !status.success() {
-		return Err(io::Error::other(format!("callgrind run failed: {status}")));
+		.output()?;
+	if !output.status.success() {
+		let stderr = String::from_utf8_lossy(&output.stderr);
+		return Err(io::Error::other(format!("callgrind run failed: {}\n{stderr}", output.status)));
 	}
 	let text = std::fs::read_to_string(&out)?;
 	let _ = std::fs::remove_file(&out);
-	parse_callgrind_total(&text).ok_or_else(|| io::Error::other("no totals in the callgrind output"))
+	let total = parse_callgrind_total(&text).ok_or_else(|| io::Error::other("no totals in the callgrind output"))?;
+	Ok((total, String::from_utf8_lossy(&output.stdout).into_owned()))
 }
 
 fn temp_path(cycles: u64) -> PathBuf {

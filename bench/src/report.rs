@@ -1,7 +1,11 @@
-//! Results on disk, and revisions side by side.
+//! Results on disk, and revisions side by side: the one report writer of every harness.
 //!
-//! A result file holds one JSON object per line (so it needs no JSON library to read back):
-//! `{"harness":..,"revision":..,"source":..,"unit":..,"subscribers":S,"value":V,"runs":[..],"cycles":N}`.
+//! A harness fills a [`Table`] and [`Table::save`]s it under `bench/results/`: `NAME.md` for people
+//! (a title, the machine, the revision, the date and the source of the numbers, the harness's
+//! notes, then the table) and `NAME.json` for tools, one JSON object per row (so it needs no JSON
+//! library to read back): `{"table":..,"revision":..,"machine":..,"date":..,"source":..,
+//! "unit":..,COLUMN:VALUE,...}`. Results files are only written this way, by the harness that
+//! measured them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -26,6 +30,150 @@ pub struct Point {
 	pub source: Source,
 }
 
+/// A results table.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+	/// The file's name under `bench/results/` (without extension), and the JSON `table` field.
+	pub name: String,
+	/// The markdown title.
+	pub title: String,
+	/// The unit of the numbers (with its source's kind: "instructions/op", "MB/s (wall clock)").
+	pub unit: String,
+	/// Where the numbers came from ([`Source::describe`], or a harness's own words).
+	pub source: String,
+	/// Markdown shown between the header and the table: what each row isolates, how to read it.
+	pub notes: String,
+	/// Column names; numbers are right-aligned.
+	pub columns: Vec<String>,
+	/// Rows, cell by cell, already formatted.
+	pub rows: Vec<Vec<String>>,
+	/// Markdown shown after the table: verdicts, findings.
+	pub after: String,
+}
+
+impl Table {
+	/// The markdown file.
+	pub fn markdown(&self, revision: &str) -> String {
+		let mut out = format!(
+			"# {}
+
+Written by the harness (`bench/`); do not edit by hand.
+
+			 - revision: `{revision}`
+- date: {}
+- machine: {}
+- unit: **{}**
+- source: {}
+
+",
+			self.title,
+			today(),
+			machine(),
+			self.unit,
+			self.source
+		);
+		if !self.notes.is_empty() {
+			out.push_str(self.notes.trim_end());
+			out.push_str("\n\n");
+		}
+		let numeric: Vec<bool> = (0..self.columns.len())
+			.map(|i| {
+				!self.rows.is_empty()
+					&& self
+						.rows
+						.iter()
+						.all(|row| row.get(i).is_some_and(|cell| cell.parse::<f64>().is_ok()))
+			})
+			.collect();
+		let _ = writeln!(out, "| {} |", self.columns.join(" | "));
+		let rule: Vec<&str> = numeric.iter().map(|&n| if n { "---:" } else { "---" }).collect();
+		let _ = writeln!(out, "|{}|", rule.join("|"));
+		for row in &self.rows {
+			let _ = writeln!(out, "| {} |", row.join(" | "));
+		}
+		if !self.after.is_empty() {
+			out.push('\n');
+			out.push_str(self.after.trim_end());
+			out.push('\n');
+		}
+		out
+	}
+
+	/// The JSON file: one object per row.
+	pub fn json_lines(&self, revision: &str) -> String {
+		let mut out = String::new();
+		for row in &self.rows {
+			let _ = write!(
+				out,
+				"{{\"table\":{},\"revision\":{},\"machine\":{},\"source\":{},\"unit\":{}",
+				json_string(&self.name),
+				json_string(revision),
+				json_string(&machine()),
+				json_string(&self.source),
+				json_string(&self.unit)
+			);
+			for (column, cell) in self.columns.iter().zip(row) {
+				let value = match cell.parse::<f64>() {
+					Ok(number) if number.is_finite() => cell.clone(),
+					_ => json_string(cell),
+				};
+				let _ = write!(out, ",{}:{value}", json_string(column));
+			}
+			out.push_str("}\n");
+		}
+		out
+	}
+
+	/// Writes `bench/results/NAME.md` and `NAME.json`.
+	pub fn save(&self) -> std::io::Result<()> {
+		let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+		std::fs::create_dir_all(&dir)?;
+		let revision = revision();
+		std::fs::write(dir.join(format!("{}.md", self.name)), self.markdown(&revision))?;
+		std::fs::write(dir.join(format!("{}.json", self.name)), self.json_lines(&revision))
+	}
+}
+
+/// `text` as a JSON string.
+pub fn json_string(text: &str) -> String {
+	let mut out = String::with_capacity(text.len() + 2);
+	out.push('"');
+	for c in text.chars() {
+		match c {
+			'"' => out.push_str("\\\""),
+			'\\' => out.push_str("\\\\"),
+			'\n' => out.push_str("\\n"),
+			c if u32::from(c) < 0x20 => {
+				let _ = write!(out, "\\u{:04x}", u32::from(c));
+			}
+			c => out.push(c),
+		}
+	}
+	out.push('"');
+	out
+}
+
+/// The machine a result was measured on: its CPUs and whether a PMU counts instructions.
+pub fn machine() -> String {
+	let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+	let pmu = match crate::counter::has_pmu() {
+		true => "a PMU",
+		false => "no PMU",
+	};
+	format!("{cpus} CPUs, {pmu}")
+}
+
+/// Today's date (UTC, `YYYY-MM-DD`), from `date(1)`, or `unknown`.
+pub fn today() -> String {
+	Command::new("date")
+		.args(["-u", "+%F"])
+		.output()
+		.ok()
+		.filter(|out| out.status.success())
+		.map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+		.unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// The current git revision (short), or `unknown`.
 pub fn revision() -> String {
 	Command::new("git")
@@ -42,62 +190,47 @@ pub fn unit(source: Source) -> String {
 	format!("{}/group/subscriber", source.unit())
 }
 
-/// Renders points as result-file lines.
-pub fn to_json_lines(points: &[Point], revision: &str) -> String {
-	let mut out = String::new();
-	for p in points {
-		let runs: Vec<String> = p.runs.iter().map(|v| format!("{v:.1}")).collect();
-		let _ = writeln!(
-			out,
-			"{{\"harness\":\"{}\",\"revision\":\"{}\",\"source\":\"{}\",\"unit\":\"{}\",\"subscribers\":{},\"value\":{:.1},\"runs\":[{}],\"cycles\":{}}}",
-			p.harness,
-			revision,
-			p.source.name(),
-			unit(p.source),
-			p.subscribers,
-			p.value,
-			runs.join(","),
-			p.cycles
-		);
-	}
-	out
-}
-
-/// Renders points as a markdown table.
-pub fn to_markdown(points: &[Point], revision: &str) -> String {
+/// The fan-out results table of `points` (one harness): its JSON lines are what
+/// [`read_points`] reads back.
+pub fn fanout_table(points: &[Point]) -> Table {
 	let Some(first) = points.first() else {
-		return String::new();
+		return Table::default();
 	};
-	let mut out = format!(
-		"# Fan-out: {} harness\n\nRevision `{revision}`. Unit: **{}**. Source: {}.\nMedian of {} runs.\n\n| subscribers | {} | runs | cycles |\n|---:|---:|---|---:|\n",
-		first.harness,
-		unit(first.source),
-		first.source.describe(),
-		first.runs.len(),
-		unit(first.source),
-	);
-	for p in points {
-		let runs: Vec<String> = p.runs.iter().map(|v| format!("{v:.1}")).collect();
-		let _ = writeln!(
-			out,
-			"| {} | {:.1} | {} | {} |",
-			p.subscribers,
-			p.value,
-			runs.join(", "),
-			p.cycles
-		);
-	}
+	let mut after = String::new();
 	if let (Some(at64), Some(at512)) = (
 		points.iter().find(|p| p.subscribers == 64),
 		points.iter().find(|p| p.subscribers == 512),
 	) {
-		let _ = writeln!(
-			out,
-			"\nGrowth from 64 to 512 subscribers: {:+.1}% per subscriber.",
+		after = format!(
+			"Growth from 64 to 512 subscribers: {:+.1}% per subscriber.",
 			growth(at64.value, at512.value)
 		);
 	}
-	out
+	Table {
+		name: format!("fanout-{}", first.harness),
+		title: format!("Fan-out: {} harness", first.harness),
+		unit: unit(first.source),
+		source: first.source.describe().into(),
+		notes: format!(
+			"`value` is the median of {} runs, in {}.",
+			first.runs.len(),
+			unit(first.source)
+		),
+		columns: ["subscribers", "value", "runs", "cycles"].map(String::from).to_vec(),
+		rows: points
+			.iter()
+			.map(|p| {
+				let runs: Vec<String> = p.runs.iter().map(|v| format!("{v:.1}")).collect();
+				vec![
+					p.subscribers.to_string(),
+					format!("{:.1}", p.value),
+					runs.join(", "),
+					p.cycles.to_string(),
+				]
+			})
+			.collect(),
+		after,
+	}
 }
 
 /// Percent change from `from` to `to`.
@@ -195,7 +328,7 @@ mod tests {
 			cycles: 10,
 			source: Source::Callgrind,
 		}];
-		let lines = to_json_lines(&points, "abc");
+		let lines = fanout_table(&points).json_lines("abc");
 		let dir = std::env::temp_dir().join(format!("bench-report-{}", std::process::id()));
 		std::fs::write(&dir, &lines).unwrap();
 		let read = read_points(&dir).unwrap();

@@ -149,23 +149,18 @@ fn main() -> ExitCode {
 			source,
 		});
 	}
-	let revision = report::revision();
+	let table = report::fanout_table(&points);
 	if let Some(path) = &args.json
-		&& let Err(e) = std::fs::write(path, report::to_json_lines(&points, &revision))
+		&& let Err(e) = std::fs::write(path, table.json_lines(&report::revision()))
 	{
 		eprintln!("fanout: cannot write {}: {e}", path.display());
 		return ExitCode::FAILURE;
 	}
-	if args.save {
-		let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
-		let base = dir.join(format!("fanout-{}", args.harness));
-		let written = std::fs::create_dir_all(&dir)
-			.and_then(|()| std::fs::write(base.with_extension("json"), report::to_json_lines(&points, &revision)))
-			.and_then(|()| std::fs::write(base.with_extension("md"), report::to_markdown(&points, &revision)));
-		if let Err(e) = written {
-			eprintln!("fanout: cannot save results: {e}");
-			return ExitCode::FAILURE;
-		}
+	if args.save
+		&& let Err(e) = table.save()
+	{
+		eprintln!("fanout: cannot save results: {e}");
+		return ExitCode::FAILURE;
 	}
 	ExitCode::SUCCESS
 }

@@ -45,11 +45,11 @@
 
 use std::fmt::Write as _;
 use std::hint::black_box;
-use std::path::PathBuf;
+
 use std::process::ExitCode;
 
 use bench::counter::{self, Meter, NoMeter, Source, parse_list};
-use bench::report;
+use bench::report::Table;
 use moq_quic::scheduler::{After, GroupId, Scheduler, StreamSlot};
 
 /// The acceptance bar: instructions per reprioritize or retire, at every size and place.
@@ -654,36 +654,12 @@ fn verdict(rows: &[Row]) -> String {
 	out
 }
 
-fn json_lines(rows: &[Row], revision: &str) -> String {
-	let mut out = String::new();
-	for r in rows {
-		let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.1}")).collect();
-		let _ = writeln!(
-			out,
-			"{{\"harness\":\"scheduler\",\"revision\":\"{revision}\",\"source\":\"{}\",\"unit\":\"{}\",\"operation\":\"{}\",\"levels\":{},\"groups\":{},\"place\":\"{}\",\"value\":{:.1},\"runs\":[{}],\"cycles\":{}}}",
-			r.source.name(),
-			unit(r.source),
-			r.op,
-			r.levels,
-			r.size,
-			r.place,
-			r.value,
-			runs.join(","),
-			r.cycles
-		);
-	}
-	out
-}
-
-fn markdown(rows: &[Row], revision: &str) -> String {
-	let Some(first) = rows.first() else {
-		return String::new();
-	};
-	let mut out = format!(
-		"# Send scheduler: reprioritizing and retiring a group\n\n\
-		 Measured at revision `{revision}` (HEAD when the harness ran). \
-		 Unit: **{}**. Source: {}. Median of {} run(s) per row (callgrind counts are exact and \
-		 repeat to the instruction); each run replays `cycles` operations.\n\n\
+/// The results table: every row, with what each operation counts and the bar's verdict.
+fn table(rows: &[Row]) -> Table {
+	let source = rows.first().map_or(Source::Callgrind, |row| row.source);
+	let notes = format!(
+		"Median of the run(s) per row (callgrind counts are exact and repeat to the instruction); \
+		 each run replays `cycles` operations.\n\n\
 		 Bar: at most {BAR} instructions per reprioritize or retire at every size from 16 to 16,384 \
 		 groups, front, middle and tail. What each operation counts is in the harness's docs \
 		 (`bench/src/bin/scheduler.rs`); in short:\n\n\
@@ -701,28 +677,35 @@ fn markdown(rows: &[Row], revision: &str) -> String {
 		 (front = highest priority); each operation creates a level and drops one. Not under the bar, \
 		 which is about places in a ring; reported for what the session will do.\n\n\
 		 Groups are spread evenly over the levels, so a ring holds `groups / levels` groups: up to \
-		 8,192 with 2 levels.\n\n## Summary\n\n{}\n## All rows\n\n\
-		 | operation | levels | groups | place | {} | runs | cycles |\n|---|---:|---:|---|---:|---|---:|\n",
-		unit(first.source),
-		first.source.describe(),
-		first.runs.len(),
-		verdict(rows),
-		unit(first.source),
+		 8,192 with 2 levels.\n\n## Summary\n\n{}\n## All rows",
+		verdict(rows)
 	);
-	for r in rows {
-		let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.1}")).collect();
-		let runs = if runs.is_empty() {
-			"-".to_owned()
-		} else {
-			runs.join(", ")
-		};
-		let _ = writeln!(
-			out,
-			"| {} | {} | {} | {} | {:.1} | {} | {} |",
-			r.op, r.levels, r.size, r.place, r.value, runs, r.cycles
-		);
+	Table {
+		name: "scheduler".into(),
+		title: "Send scheduler: reprioritizing and retiring a group".into(),
+		unit: unit(source),
+		source: source.describe().into(),
+		notes,
+		columns: ["operation", "levels", "groups", "place", "value", "runs", "cycles"]
+			.map(String::from)
+			.to_vec(),
+		rows: rows
+			.iter()
+			.map(|r| {
+				let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.1}")).collect();
+				vec![
+					r.op.clone(),
+					r.levels.to_string(),
+					r.size.to_string(),
+					r.place.to_owned(),
+					format!("{:.1}", r.value),
+					if runs.is_empty() { "-".into() } else { runs.join(", ") },
+					r.cycles.to_string(),
+				]
+			})
+			.collect(),
+		after: String::new(),
 	}
-	out
 }
 
 fn main() -> ExitCode {
@@ -804,17 +787,11 @@ fn main() -> ExitCode {
 	}
 	rows.extend(derived);
 	print!("{}", verdict(&rows));
-	if args.save {
-		let revision = report::revision();
-		let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
-		let base = dir.join("scheduler");
-		let written = std::fs::create_dir_all(&dir)
-			.and_then(|()| std::fs::write(base.with_extension("json"), json_lines(&rows, &revision)))
-			.and_then(|()| std::fs::write(base.with_extension("md"), markdown(&rows, &revision)));
-		if let Err(e) = written {
-			eprintln!("scheduler: cannot save results: {e}");
-			return ExitCode::FAILURE;
-		}
+	if args.save
+		&& let Err(e) = table(&rows).save()
+	{
+		eprintln!("scheduler: cannot save results: {e}");
+		return ExitCode::FAILURE;
 	}
 	ExitCode::SUCCESS
 }
