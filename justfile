@@ -18,7 +18,11 @@ loom:
 
 # kio's benchmarks: instruction counts under callgrind where there is no PMU.
 bench-kio:
-	cargo bench -p kio --bench kio -- count --save
+	cargo run --release -p bench --bin kio -- --save
+
+# UDP over loopback, kio against blocking std::net: datagrams per CPU-second, io_uring_enter per datagram.
+bench-udp:
+	cargo run --release -p bench --bin udp -- --save
 
 # Fan-out harness, current tree and each revision side by side: `just bench-fanout HEAD~1`.
 bench-fanout *REVS:
@@ -30,7 +34,7 @@ bench-scheduler:
 
 # QUIC throughput over loopback: MB/s, CPU-seconds per GB, io_uring_enter per packet, GSO/GRO on and off.
 bench-quic:
-	cargo bench -p moq-quic --bench throughput
+	cargo run --release -p bench --bin quic
 
 # The relay with its defaults: QUIC and HTTP on [::]:4443, a generated certificate, anonymous access.
 relay:

@@ -196,7 +196,10 @@ pub fn callgrind_run(args: &[String]) -> io::Result<(u64, String)> {
 		.output()?;
 	if !output.status.success() {
 		let stderr = String::from_utf8_lossy(&output.stderr);
-		return Err(io::Error::other(format!("callgrind run failed: {}\n{stderr}", output.status)));
+		return Err(io::Error::other(format!(
+			"callgrind run failed: {}\n{stderr}",
+			output.status
+		)));
 	}
 	let text = std::fs::read_to_string(&out)?;
 	let _ = std::fs::remove_file(&out);

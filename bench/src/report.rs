@@ -55,17 +55,8 @@ impl Table {
 	/// The markdown file.
 	pub fn markdown(&self, revision: &str) -> String {
 		let mut out = format!(
-			"# {}
-
-Written by the harness (`bench/`); do not edit by hand.
-
-			 - revision: `{revision}`
-- date: {}
-- machine: {}
-- unit: **{}**
-- source: {}
-
-",
+			"# {}\n\nWritten by the harness (`bench/`); do not edit by hand.\n\n- revision: `{revision}`\n\
+			 - date: {}\n- machine: {}\n- unit: **{}**\n- source: {}\n\n",
 			self.title,
 			today(),
 			machine(),
@@ -174,15 +165,24 @@ pub fn today() -> String {
 		.unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// The current git revision (short), or `unknown`.
+/// The current git revision (short), or `unknown`; `+dirty` when the tree it was built from has
+/// changes beyond the results files.
 pub fn revision() -> String {
-	Command::new("git")
-		.args(["rev-parse", "--short", "HEAD"])
-		.output()
-		.ok()
-		.filter(|out| out.status.success())
-		.map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-		.unwrap_or_else(|| "unknown".to_owned())
+	let git = |args: &[&str]| {
+		Command::new("git")
+			.args(args)
+			.output()
+			.ok()
+			.filter(|out| out.status.success())
+			.map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+	};
+	let head = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".to_owned());
+	let dirty =
+		git(&["status", "--porcelain", "--", ".", ":!bench/results", ":!results"]).is_some_and(|s| !s.is_empty());
+	match dirty {
+		true => format!("{head}+dirty"),
+		false => head,
+	}
 }
 
 /// The unit of a point's value.

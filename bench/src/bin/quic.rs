@@ -2,10 +2,12 @@
 //! to a server endpoint, both driven by kio, with GSO and GRO each on and off.
 //!
 //! ```text
-//! cargo bench -p moq-quic --bench throughput                       # measure, print, write benches/results/throughput.md
-//! cargo bench -p moq-quic --bench throughput -- --bytes 64MiB --repeats 1 --streams 4
-//! cargo bench -p moq-quic --bench throughput -- smoke              # tiny run, no numbers (the default when unoptimized)
+//! cargo run --release -p bench --bin quic                     # measure, print, write bench/results/throughput.{md,json}
+//! cargo run --release -p bench --bin quic -- --bytes 64MiB --repeats 1 --streams 4
+//! cargo run -p bench --bin quic -- smoke                      # tiny run, no numbers (the default when unoptimized)
 //! ```
+//!
+//! What the figures taught so far is in docs/quic-throughput.md.
 //!
 //! Two **placements**: the endpoints on two pinned kio workers (client on worker 0, server on
 //! worker 1), and both on one pinned worker (the thread-per-core layout, where sender and receiver
@@ -52,6 +54,7 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use bench::report::Table;
 use bytes::Bytes;
 use kio::sync::Queue;
 use kio::time::Deadline;
@@ -67,8 +70,6 @@ const PERIOD: usize = 251;
 const DEFAULT_BYTES: u64 = 256 << 20;
 const SMOKE_BYTES: u64 = 4 << 20;
 const REPEATS: usize = 5;
-/// In the results file, what follows this line is kept when the tables are measured again.
-const NOTES: &str = "<!-- notes: kept across runs -->";
 /// A run that has not finished by then has stalled: it fails with the counters so far.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -621,18 +622,8 @@ fn median(mut runs: Vec<Run>) -> Run {
 	runs.swap_remove(runs.len() / 2)
 }
 
-fn command(program: &str, args: &[&str]) -> Option<String> {
-	let out = std::process::Command::new(program)
-		.args(args)
-		.current_dir(env!("CARGO_MANIFEST_DIR"))
-		.output()
-		.ok()?;
-	out.status
-		.success()
-		.then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-fn machine() -> String {
+/// The kernel and CPU model, for the notes (the shared header has the CPU count).
+fn system() -> String {
 	let cpu = std::fs::read_to_string("/proc/cpuinfo")
 		.ok()
 		.and_then(|s| {
@@ -642,21 +633,9 @@ fn machine() -> String {
 				.map(|m| m.trim().to_owned())
 		})
 		.unwrap_or_else(|| "unknown CPU".into());
-	let kernel = command("uname", &["-r"]).unwrap_or_else(|| "?".into());
-	let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-	format!("{cpu}, {cpus} vCPUs, Linux {kernel}")
-}
-
-fn revision() -> String {
-	let head = command("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-	// What the binary was built from may differ from HEAD: say so.
-	let dirty = command("git", &["status", "--porcelain", "--", "../moq-quic/src", "../kio/src"])
-		.is_some_and(|s| !s.is_empty());
-	if dirty {
-		format!("{head} (with uncommitted changes in moq-quic/src or kio/src)")
-	} else {
-		head
-	}
+	let kernel =
+		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
+	format!("{cpu}, Linux {kernel}")
 }
 
 fn load() -> String {
@@ -665,31 +644,23 @@ fn load() -> String {
 		.unwrap_or_else(|_| "?".into())
 }
 
-/// Today (UTC) as YYYY-MM-DD.
-fn date() -> String {
-	command("date", &["-u", "+%F"]).unwrap_or_else(|| "?".into())
-}
-
-fn throughput_table(rows: &[Run]) -> String {
-	let mut out = String::from(
-		"| placement | variant | goodput (MB/s, wall) | wall (s) | CPU (s) | CPU-s per GB | workers on a CPU (% of wall) | waited for a CPU (ms) | io_uring_enter per datagram |\n\
-		 |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-	);
-	for r in rows {
-		out += &format!(
-			"| {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {:.0} | {:.4} |\n",
-			r.placement.label(),
-			r.variant.label(),
-			r.goodput(),
-			r.wall.as_secs_f64(),
-			r.cpu.as_secs_f64(),
-			r.cpu_per_gb(),
-			r.busy(),
-			r.waiting().as_secs_f64() * 1e3,
-			r.enters_per_datagram(),
-		);
-	}
-	out
+/// The median runs, one row each, as the results table has them.
+fn throughput_rows(rows: &[Run]) -> Vec<Vec<String>> {
+	rows.iter()
+		.map(|r| {
+			vec![
+				r.placement.label().to_owned(),
+				r.variant.label().to_owned(),
+				format!("{:.1}", r.goodput()),
+				format!("{:.3}", r.wall.as_secs_f64()),
+				format!("{:.3}", r.cpu.as_secs_f64()),
+				format!("{:.3}", r.cpu_per_gb()),
+				r.busy(),
+				format!("{:.0}", r.waiting().as_secs_f64() * 1e3),
+				format!("{:.4}", r.enters_per_datagram()),
+			]
+		})
+		.collect()
 }
 
 fn congestion_table(rows: &[Run]) -> String {
@@ -816,13 +787,13 @@ fn main() {
 		return;
 	}
 	let load_after = load();
-	let machine = machine();
-	let header = format!(
+	let notes = format!(
 		"QUIC bulk transfer over loopback (moq-quic on kio, quinn-proto 0.11.19, rustls/ring): {} bytes ({:.1} MiB) \
 		 client to server on {} unidirectional stream(s), written in {} KiB slices; GSO batch {} when on; \
-		 median of {} interleaved rounds by goodput.\n\n\
-		 - Date: {} (UTC); revision {}\n\
-		 - Machine: {machine} (a shared VM: wall-clock figures move with other load); load average before {load_before}, after {load_after}\n\
+		 median of {} interleaved rounds by goodput. `bench/src/bin/quic.rs` describes the set-up; \
+		 docs/quic-throughput.md reads the figures. Placements: \"2 workers\" = client on kio worker 0 and server on \
+		 worker 1, each pinned to its own CPU; \"1 worker\" = both endpoints on one pinned worker.\n\n\
+		 - System: {} (a shared VM: wall-clock figures move with other load); load average before {load_before}, after {load_after}\n\
 		 - Goodput: stream bytes read by the server / wall-clock time from the first write to the last read, MB = 10^6 bytes\n\
 		 - CPU: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` (`kio::process_cpu_time`) over the same interval plus the tail until the \
 		 client saw the end: user + system time of every thread, both endpoints; per GB = per 10^9 stream bytes\n\
@@ -835,47 +806,50 @@ fn main() {
 		 - Lost packets, congestion events, cwnd, RTT: the client's quinn-proto `PathStats`; kernel RcvbufErrors: \
 		 `/proc/net/snmp`, system-wide (datagrams or GRO trains dropped at a full socket receive buffer); server rx ENOBUFS: \
 		 kio `UdpStats::enobufs` (the receive ring ran out of buffers and was re-armed; nothing is lost by it); longest read \
-		 gap: longest interval between two reads of one stream on the server\n",
+		 gap: longest interval between two reads of one stream on the server\n\n## Throughput and CPU (median runs)",
 		options.bytes,
 		options.bytes as f64 / f64::from(1 << 20),
 		options.streams,
 		WRITE / 1024,
 		moq_quic::DEFAULT_GSO_SEGMENTS,
 		options.repeats,
-		date(),
-		revision(),
+		system(),
 	);
-	let throughput = throughput_table(&medians);
-	let congestion = congestion_table(&medians);
-	let io = io_table(&medians);
-	let runs = runs_table(&all);
-	println!("{header}");
-	println!("{throughput}");
-	println!("{congestion}");
-	println!("{io}");
+	let after = format!(
+		"## Loss and congestion (median runs)\n\n{}\n## I/O batching (median runs)\n\n{}\n## Every run\n\n{}",
+		congestion_table(&medians),
+		io_table(&medians),
+		runs_table(&all)
+	);
+	let table = Table {
+		name: "throughput".into(),
+		title: "QUIC throughput over loopback".into(),
+		unit: "MB/s (wall clock), CPU-seconds per GB, io_uring_enter per datagram".into(),
+		source: "wall clock; clock_gettime(CLOCK_PROCESS_CPUTIME_ID) of the process; kio's ring counters; \
+			quinn-proto PathStats; /proc/thread-self/schedstat"
+			.into(),
+		notes,
+		columns: [
+			"placement",
+			"variant",
+			"goodput (MB/s, wall)",
+			"wall (s)",
+			"CPU (s)",
+			"CPU-s per GB",
+			"workers on a CPU (% of wall)",
+			"waited for a CPU (ms)",
+			"io_uring_enter per datagram",
+		]
+		.map(String::from)
+		.to_vec(),
+		rows: throughput_rows(&medians),
+		after,
+	};
+	println!("{}", table.markdown(&bench::report::revision()));
 	// A partial matrix is an experiment: printed, not recorded over the full one.
 	if options.placements.len() < 2 || options.variants.len() < VARIANTS.len() {
 		return;
 	}
-	let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
-	std::fs::create_dir_all(&dir).unwrap();
-	let md = format!(
-		"# QUIC throughput over loopback\n\n\
-		 Measured by `cargo bench -p moq-quic --bench throughput` (`moq-quic/benches/throughput.rs`; its module docs \
-		 describe the setup). Placements: \"2 workers\" = client on kio worker 0 and server on worker 1, each pinned to its \
-		 own CPU; \"1 worker\" = both endpoints on one pinned worker.\n\n\
-		 {header}\n## Throughput and CPU (median runs)\n\n{throughput}\n## Loss and congestion (median runs)\n\n{congestion}\n\
-		 ## I/O batching (median runs)\n\n{io}\n\
-		 ## Every run\n\n{runs}"
-	);
-	// Notes written by hand below the marker survive a new measurement (they name the revision
-	// they were written for).
-	let path = dir.join("throughput.md");
-	let notes = std::fs::read_to_string(&path)
-		.ok()
-		.and_then(|old| old.find(NOTES).map(|at| old[at..].to_owned()))
-		.unwrap_or_default();
-	let md = if notes.is_empty() { md } else { format!("{md}\n{notes}") };
-	std::fs::write(&path, md).unwrap();
-	println!("wrote {}", dir.join("throughput.md").display());
+	table.save().expect("writing bench/results/throughput.{md,json}");
+	println!("wrote bench/results/throughput.md");
 }

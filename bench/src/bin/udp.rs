@@ -2,8 +2,8 @@
 //! run.
 //!
 //! ```text
-//! cargo bench -p kio --bench udp            # measure, print, write kio/benches/results/udp.{md,json}
-//! cargo bench -p kio --bench udp -- smoke   # tiny run, no numbers (the default when unoptimized)
+//! cargo run --release -p bench --bin udp -- [--save]   # measure, print; --save writes bench/results/udp.{md,json}
+//! cargo run -p bench --bin udp -- smoke               # tiny run, no numbers (the default when unoptimized)
 //! ```
 //!
 //! Two ends on loopback, in two **placements**: each end pinned to its own CPU (two kio workers,
@@ -33,6 +33,7 @@ use std::net::{SocketAddr, UdpSocket as StdUdp};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use bench::report::Table;
 use kio::net::{Transmit, UdpConfig, UdpSocket};
 use kio::time::Deadline;
 use kio::{Builder, Runtime};
@@ -397,7 +398,8 @@ fn median(mut runs: Vec<Measure>) -> Measure {
 	runs.swap_remove(runs.len() / 2)
 }
 
-fn machine() -> String {
+/// The kernel and CPU model, for the notes (the shared header has the CPU count).
+fn system() -> String {
 	let cpu = std::fs::read_to_string("/proc/cpuinfo")
 		.ok()
 		.and_then(|s| {
@@ -409,72 +411,28 @@ fn machine() -> String {
 		.unwrap_or_else(|| "unknown CPU".into());
 	let kernel =
 		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
-	let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-	format!("{cpu}, {cpus} CPUs, Linux {kernel}")
+	format!("{cpu}, Linux {kernel}")
 }
 
-fn table(rows: &[Measure]) -> String {
-	let mut out = String::from(
-		"| placement | scenario | datagrams | wall (s) | CPU (s) | datagrams/CPU-second | datagrams/s (wall) | io_uring_enter/datagram | stalls | rx ENOBUFS |\n\
-		 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-	);
-	for m in rows {
-		out += &format!(
-			"| {} | {} | {} | {:.3} | {:.3} | {:.0} | {:.0} | {} | {} | {} |\n",
-			m.placement.label(),
-			m.name,
-			m.datagrams,
-			m.wall.as_secs_f64(),
-			m.cpu.as_secs_f64(),
-			m.per_cpu_second(),
-			m.per_second(),
-			m.enters_per_datagram()
-				.map_or_else(|| "n/a (no ring)".into(), |e| format!("{e:.4}")),
-			m.stalls,
-			m.enobufs.map_or_else(|| "-".into(), |e| e.to_string()),
-		);
-	}
-	out
-}
-
-fn json(rows: &[Measure], ratios: &[Ratio], machine: &str, scale: Scale) -> String {
-	let mut out = String::from("{\n");
-	out += "  \"benchmark\": \"udp\",\n";
-	out += &format!("  \"machine\": \"{machine}\",\n");
-	out += "  \"cpu_time_source\": \"clock_gettime(CLOCK_PROCESS_CPUTIME_ID) user+system, all threads (both ends)\",\n";
-	out += &format!(
-		"  \"payload_bytes\": {PAYLOAD},\n  \"train_datagrams\": {TRAIN},\n  \"bulk_datagrams\": {},\n  \"ping_pong_round_trips\": {},\n  \"repeats\": {},\n",
-		scale.bulk, scale.pings, scale.repeats
-	);
-	out += "  \"results\": [\n";
-	for (i, m) in rows.iter().enumerate() {
-		out += &format!(
-			"    {{\"placement\": \"{}\", \"scenario\": \"{}\", \"datagrams\": {}, \"wall_s\": {:.6}, \"cpu_s\": {:.6}, \"datagrams_per_cpu_second\": {:.1}, \"datagrams_per_second\": {:.1}, \"io_uring_enter_per_datagram\": {}, \"stalls\": {}}}{}\n",
-			m.placement.label(),
-			m.name,
-			m.datagrams,
-			m.wall.as_secs_f64(),
-			m.cpu.as_secs_f64(),
-			m.per_cpu_second(),
-			m.per_second(),
-			m.enters_per_datagram()
-				.map_or_else(|| "null".into(), |e| format!("{e:.6}")),
-			m.stalls,
-			if i + 1 < rows.len() { "," } else { "" }
-		);
-	}
-	out += "  ],\n  \"ratios_kio_over_std_datagrams_per_cpu_second\": [\n";
-	for (i, r) in ratios.iter().enumerate() {
-		out += &format!(
-			"    {{\"placement\": \"{}\", \"traffic\": \"{}\", \"ratio\": {:.3}}}{}\n",
-			r.placement.label(),
-			r.traffic,
-			r.ratio,
-			if i + 1 < ratios.len() { "," } else { "" }
-		);
-	}
-	out += "  ]\n}\n";
-	out
+fn rows(measures: &[Measure]) -> Vec<Vec<String>> {
+	measures
+		.iter()
+		.map(|m| {
+			vec![
+				m.placement.label().to_owned(),
+				m.name.to_owned(),
+				m.datagrams.to_string(),
+				format!("{:.3}", m.wall.as_secs_f64()),
+				format!("{:.3}", m.cpu.as_secs_f64()),
+				format!("{:.0}", m.per_cpu_second()),
+				format!("{:.0}", m.per_second()),
+				m.enters_per_datagram()
+					.map_or_else(|| "n/a (no ring)".into(), |e| format!("{e:.4}")),
+				m.stalls.to_string(),
+				m.enobufs.map_or_else(|| "-".into(), |e| e.to_string()),
+			]
+		})
+		.collect()
 }
 
 struct Ratio {
@@ -529,8 +487,6 @@ fn main() {
 		println!("udp bench smoke run: ok ({} scenarios)", rows.len());
 		return;
 	}
-	let machine = machine();
-	let table = table(&rows);
 	let mut summary = String::new();
 	for r in &ratios {
 		summary += &format!(
@@ -548,28 +504,45 @@ fn main() {
 			if e < 0.05 { "met" } else { "NOT met" }
 		);
 	}
-	println!("UDP over loopback, {PAYLOAD}-byte datagrams; {machine}");
-	println!("CPU time: clock_gettime(CLOCK_PROCESS_CPUTIME_ID) user+system, all threads (both ends)\n");
-	println!("{table}");
-	println!("{summary}");
-	let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
-	std::fs::create_dir_all(&dir).unwrap();
-	let md = format!(
-		"# UDP: kio (io_uring) against blocking std::net\n\n\
-		 Measured by `cargo bench -p kio --bench udp` (`kio/benches/udp.rs`; its module docs describe the \
-		 traffic). Loopback, {PAYLOAD}-byte datagrams, median of {} runs by datagrams per CPU-second. Two \
-		 placements: each end pinned to its own CPU (kio: two workers; std: two threads), and both ends pinned \
-		 to one CPU (kio: one worker running both tasks; std: two threads).\n\n\
-		 - Machine: {machine}\n\
-		 - CPU time: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` (`kio::process_cpu_time`), user + system time \
-		 of the whole process (both ends, and the loopback path's kernel work that runs in their context)\n\
-		 - Bulk: {} datagrams, acknowledged every {ACK_EVERY}, at most {WINDOW} in flight; kio sends trains of \
-		 {TRAIN} (the most 1200-byte datagrams one UDP send carries)\n\
-		 - Ping-pong: {} round trips (2 datagrams each)\n\n\
-		 {table}\n{summary}",
-		scale.repeats, scale.bulk, scale.pings
-	);
-	std::fs::write(dir.join("udp.md"), md).unwrap();
-	std::fs::write(dir.join("udp.json"), json(&rows, &ratios, &machine, scale)).unwrap();
-	println!("wrote {}", dir.join("udp.md").display());
+	let table = Table {
+		name: "udp".into(),
+		title: "UDP: kio (io_uring) against blocking std::net".into(),
+		unit: "datagrams per CPU-second (and per wall-clock second)".into(),
+		source: "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) (kio::process_cpu_time): user + system time of the \
+			whole process, both ends and the loopback path's kernel work in their context; kio's per-worker \
+			io_uring_enter counters"
+			.into(),
+		notes: format!(
+			"`bench/src/bin/udp.rs` describes the traffic. {}. Loopback, {PAYLOAD}-byte datagrams, median of {} \
+			 runs by datagrams per CPU-second. Two placements: each end pinned to its own CPU (kio: two workers; \
+			 std: two threads), and both ends pinned to one CPU (kio: one worker running both tasks; std: two \
+			 threads). Bulk: {} datagrams, acknowledged every {ACK_EVERY}, at most {WINDOW} in flight; kio sends \
+			 trains of {TRAIN} (the most 1200-byte datagrams one UDP send carries). Ping-pong: {} round trips \
+			 (2 datagrams each).",
+			system(),
+			scale.repeats,
+			scale.bulk,
+			scale.pings
+		),
+		columns: [
+			"placement",
+			"scenario",
+			"datagrams",
+			"wall (s)",
+			"CPU (s)",
+			"datagrams/CPU-second",
+			"datagrams/s (wall)",
+			"io_uring_enter/datagram",
+			"stalls",
+			"rx ENOBUFS",
+		]
+		.map(String::from)
+		.to_vec(),
+		rows: self::rows(&rows),
+		after: summary,
+	};
+	println!("{}", table.markdown(&bench::report::revision()));
+	if std::env::args().any(|arg| arg == "--save") {
+		table.save().expect("writing bench/results/udp.{md,json}");
+	}
 }
