@@ -154,6 +154,22 @@ pub fn machine() -> String {
 	format!("{cpus} CPUs, {pmu}")
 }
 
+/// The CPU model and the kernel, for harnesses whose figures depend on them (I/O, wall time).
+pub fn system() -> String {
+	let cpu = std::fs::read_to_string("/proc/cpuinfo")
+		.ok()
+		.and_then(|s| {
+			s.lines()
+				.find(|l| l.starts_with("model name"))
+				.and_then(|l| l.split(':').nth(1))
+				.map(|m| m.trim().to_owned())
+		})
+		.unwrap_or_else(|| "unknown CPU".into());
+	let kernel =
+		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
+	format!("{cpu}, Linux {kernel}")
+}
+
 /// Today's date (UTC, `YYYY-MM-DD`), from `date(1)`, or `unknown`.
 pub fn today() -> String {
 	Command::new("date")

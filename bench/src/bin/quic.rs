@@ -622,22 +622,6 @@ fn median(mut runs: Vec<Run>) -> Run {
 	runs.swap_remove(runs.len() / 2)
 }
 
-/// The kernel and CPU model, for the notes (the shared header has the CPU count).
-fn system() -> String {
-	let cpu = std::fs::read_to_string("/proc/cpuinfo")
-		.ok()
-		.and_then(|s| {
-			s.lines()
-				.find(|l| l.starts_with("model name"))
-				.and_then(|l| l.split(':').nth(1))
-				.map(|m| m.trim().to_owned())
-		})
-		.unwrap_or_else(|| "unknown CPU".into());
-	let kernel =
-		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
-	format!("{cpu}, Linux {kernel}")
-}
-
 fn load() -> String {
 	std::fs::read_to_string("/proc/loadavg")
 		.map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -813,7 +797,7 @@ fn main() {
 		WRITE / 1024,
 		moq_quic::DEFAULT_GSO_SEGMENTS,
 		options.repeats,
-		system(),
+		bench::report::system(),
 	);
 	let after = format!(
 		"## Loss and congestion (median runs)\n\n{}\n## I/O batching (median runs)\n\n{}\n## Every run\n\n{}",

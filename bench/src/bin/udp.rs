@@ -398,22 +398,6 @@ fn median(mut runs: Vec<Measure>) -> Measure {
 	runs.swap_remove(runs.len() / 2)
 }
 
-/// The kernel and CPU model, for the notes (the shared header has the CPU count).
-fn system() -> String {
-	let cpu = std::fs::read_to_string("/proc/cpuinfo")
-		.ok()
-		.and_then(|s| {
-			s.lines()
-				.find(|l| l.starts_with("model name"))
-				.and_then(|l| l.split(':').nth(1))
-				.map(|m| m.trim().to_owned())
-		})
-		.unwrap_or_else(|| "unknown CPU".into());
-	let kernel =
-		std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "?".into(), |s| s.trim().to_owned());
-	format!("{cpu}, Linux {kernel}")
-}
-
 fn rows(measures: &[Measure]) -> Vec<Vec<String>> {
 	measures
 		.iter()
@@ -519,7 +503,7 @@ fn main() {
 			 threads). Bulk: {} datagrams, acknowledged every {ACK_EVERY}, at most {WINDOW} in flight; kio sends \
 			 trains of {TRAIN} (the most 1200-byte datagrams one UDP send carries). Ping-pong: {} round trips \
 			 (2 datagrams each).",
-			system(),
+			bench::report::system(),
 			scale.repeats,
 			scale.bulk,
 			scale.pings
