@@ -32,6 +32,10 @@ pub struct LimitOptions {
 	/// How long a QUIC handshake may take [file: `[limits] handshake_timeout`] [default: 10s].
 	#[arg(long = "handshake-timeout", value_name = "DURATION")]
 	pub handshake_timeout: Option<Span>,
+	/// How long a connection may take, after its handshake, to send its SETUP; past it the relay
+	/// closes it with Timeout (3) [file: `[limits] setup_timeout`] [default: 10s].
+	#[arg(long = "setup-timeout", value_name = "DURATION")]
+	pub setup_timeout: Option<Span>,
 	/// Unread bytes a peer may leave on one QUIC stream [file: `[limits] stream_window`]
 	/// [default: 1MiB].
 	#[arg(long = "stream-window", value_name = "SIZE")]
@@ -87,6 +91,8 @@ pub struct LimitOptions {
 pub struct Limits {
 	/// See [`LimitOptions::handshakes`] and the others of the same name.
 	pub quic: moq_quic::Limits,
+	/// How long a connection may take to send its SETUP.
+	pub setup_timeout: Duration,
 	/// Unread bytes per stream.
 	pub stream_window: u32,
 	/// Unread bytes per connection.
@@ -109,6 +115,7 @@ impl Default for Limits {
 	fn default() -> Self {
 		Self {
 			quic: moq_quic::Limits::default(),
+			setup_timeout: Duration::from_secs(10),
 			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
 			// quinn-proto sets up every stream a peer may open at the handshake: 1,024 each way cost
@@ -142,6 +149,7 @@ impl LimitOptions {
 				retry_above: self.retry_above.unwrap_or(d.quic.retry_above),
 				handshake_timeout: self.handshake_timeout.map_or(d.quic.handshake_timeout, |s| s.0),
 			},
+			setup_timeout: self.setup_timeout.map_or(d.setup_timeout, |s| s.0),
 			stream_window: window(self.stream_window, d.stream_window, "stream_window")?,
 			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
 			streams: self.streams.unwrap_or(d.streams),

@@ -8,7 +8,7 @@
 //! served to a viewer on worker 0 from the same track cache. Worker 0 also serves HTTP.
 //!
 //! A connection's life: QUIC handshake (ALPN `moq-lite-05`); SETUP exchange, the relay sending its
-//! own, within [`SETUP_TIMEOUT`]; the SETUP `Path` (with its query) is checked by [`Auth`]: its
+//! own, within the SETUP timeout (`[limits] setup_timeout`, 10 s by default); the SETUP `Path` (with its query) is checked by [`Auth`]: its
 //! path roots the session, and the grant's publish and subscribe prefixes scope what the session
 //! may announce into and read from the origin; a token's expiry closes the session then, with
 //! Unauthorized. Refusals close the connection with the spec's code: Unauthorized (6) for a bad
@@ -40,8 +40,6 @@ use crate::limits::{Limits, escaped};
 use crate::metrics::{Kind, Prom};
 use crate::race::{Either, race};
 
-/// How long a connection has to send its SETUP.
-pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The code connections are closed with at shutdown: moq-lite's Closed (25).
 pub const SHUTDOWN_CODE: u64 = 25;
 
@@ -295,7 +293,12 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		limits: shared.limits.session,
 		..session::Config::default()
 	};
-	let peer = match race(session::setup(&conn, &config), kio::time::sleep(SETUP_TIMEOUT)).await {
+	let peer = match race(
+		session::setup(&conn, &config),
+		kio::time::sleep(shared.limits.setup_timeout),
+	)
+	.await
+	{
 		Either::Left(Ok(peer)) => peer,
 		Either::Left(Err(err)) => {
 			debug!(%remote, %err, "setup failed");

@@ -127,14 +127,18 @@ fn an_oversized_frame_closes_only_the_offender() {
 
 #[test]
 fn a_silent_connection_is_closed_after_the_setup_timeout() {
-	// The relay's SETUP deadline is 10 s of real time; this waits for it once.
-	let relay = Relay::start(1);
+	// The SETUP deadline is real time (10 s by default, `--setup-timeout`); 2 s here.
+	let limits = moq_relay::limits::Limits {
+		setup_timeout: Duration::from_secs(2),
+		..moq_relay::limits::Limits::default()
+	};
+	let relay = Relay::start_limited(1, limits, 64 << 20);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let conn = raw(&relay, &endpoint, false).await;
 		let started = std::time::Instant::now();
 		assert_eq!(close_code(&conn).await, 3, "Timeout");
-		assert!(started.elapsed() >= moq_relay::server::SETUP_TIMEOUT - Duration::from_millis(500));
+		assert!(started.elapsed() >= limits.setup_timeout - Duration::from_millis(500));
 	});
 	relay.stop().unwrap();
 }
