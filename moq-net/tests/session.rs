@@ -14,7 +14,7 @@ use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Trac
 use moq_net::model::{Origin, TrackConsumer};
 use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::memory::{self, Memory};
-use moq_net::transport::{RecvStream, SendStream, SendStreamExt, TransportExt};
+use moq_net::transport::{RecvStream, RecvStreamExt, SendStream, SendStreamExt, TransportExt};
 use moq_net::{BroadcastProducer, Path, Subscription, TrackProducer};
 
 const RELAY_ID: u64 = 100;
@@ -633,5 +633,35 @@ fn track_names_asked_of_a_peers_broadcast_are_forgotten() {
 		track.used().await;
 		publish(&track, 0);
 		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
+	});
+}
+
+#[test]
+fn a_peer_with_nothing_to_publish_announces_an_empty_set() {
+	// Before: a session without an origin to publish refused ANNOUNCE_REQUEST with InvalidRole
+	// (20), and the public relay ends the whole session on that refusal.
+	kio::block_on(async {
+		let (raw, client_end) = memory::pair();
+		let config = client(9, "/");
+		let accept = kio::spawn({
+			let client_end = client_end.clone();
+			let config = config.clone();
+			async move { session::setup(&client_end, &config).await }
+		});
+		session::setup(&raw, &Config::default()).await.unwrap();
+		let peer = accept.await.unwrap().unwrap();
+		let viewer = Origin::new(9);
+		let _session = session::start(client_end, config, peer, None, Some(viewer.producer()));
+		let request = moq_net::lite::AnnounceRequest {
+			prefix: Path::default(),
+			exclude_hop: 0,
+		};
+		let (mut send, mut recv) = send_bi(&raw, typed(u64::from(ControlType::Announce), &request), false).await;
+		let chunk = recv.read().await.unwrap().expect("an answer, not a reset");
+		let ok = <moq_net::lite::AnnounceOk as moq_net::coding::Decode>::decode_exact(&chunk).unwrap();
+		assert_eq!((ok.origin, ok.active), (9, 0), "the client's id, nothing announced");
+		// The stream stays open for updates until we end it; then it ends cleanly.
+		send.finish().unwrap();
+		assert_eq!(recv.read().await, Ok(None));
 	});
 }

@@ -7,6 +7,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::{Context as _, bail};
+use moq_net::lite::Role;
 use moq_net::lite::session::{self, PeerSetup, Session};
 use moq_net::model::{OriginConsumer, OriginProducer};
 use moq_quic::{Connection, Endpoint, Verification};
@@ -91,9 +92,16 @@ pub async fn connect(
 	let client = moq_quic::Config::new().with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
+	// Say what this client does, so a relay does not ask a viewer for its announcements.
+	let role = match (&publish, &subscribe) {
+		(Some(_), None) => Some(Role::Publisher),
+		(None, Some(_)) => Some(Role::Subscriber),
+		_ => None,
+	};
 	let config = session::Config {
 		origin,
 		path: Some(url.path.clone()),
+		role,
 		..session::Config::default()
 	};
 	let peer = session::setup(&connection, &config).await.context("SETUP")?;

@@ -174,3 +174,52 @@ fn a_closed_stdout_does_not_stop_the_relay() {
 	assert_eq!(running, None, "the relay exited; the log:\n{log}");
 	assert_eq!(health.expect("GET /health").status, 200);
 }
+
+/// `moq-clock` with `args`, stdout and stderr piped.
+fn clock(args: &[&str]) -> Child {
+	Command::new(env!("CARGO_BIN_EXE_moq-clock"))
+		.args(args)
+		.stdin(Stdio::null())
+		.stdout(Stdio::piped())
+		.stderr(Stdio::piped())
+		.spawn()
+		.expect("starting moq-clock")
+}
+
+/// Whether `line` is one second of the public clock format: `YYYY-MM-DD HH:MM:SS`.
+fn is_clock_line(line: &str) -> bool {
+	let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+	let Some((date, time)) = line.split_once(' ') else {
+		return false;
+	};
+	let date: Vec<&str> = date.split('-').collect();
+	let time: Vec<&str> = time.split(':').collect();
+	date.len() == 3 && time.len() == 3 && date.iter().chain(&time).all(|part| digits(part))
+}
+
+#[test]
+fn moq_clock_speaks_the_public_clock_format_and_fails_when_the_relay_goes() {
+	// Before: a clock frame per one-frame group ("HH:MM:SS UTC"), which the public clock example
+	// does not print, and a subscriber that waited forever once the relay closed its session.
+	let mut relay = Running::start();
+	let url = format!("moqt://127.0.0.1:{}/demo", relay.quic.port());
+	let fingerprint = relay.fingerprint.clone();
+	let mut publisher = clock(&["--fingerprint", &fingerprint, "publish", &url]);
+	let mut subscriber = clock(&["--fingerprint", &fingerprint, "subscribe", &url]);
+	let lines = lines(subscriber.stdout.take().unwrap());
+	let first = lines.recv_timeout(LIMIT).expect("a clock line");
+	assert!(is_clock_line(&first), "{first:?}");
+	let second = lines.recv_timeout(LIMIT).expect("another clock line");
+	assert!(is_clock_line(&second), "{second:?}");
+	assert_ne!(first, second, "a line a second");
+	// The relay goes away: both clocks say so and exit non-zero.
+	relay.signal("TERM");
+	assert!(exit_within(&mut relay.child, LIMIT).success());
+	for child in [&mut publisher, &mut subscriber] {
+		let status = exit_within(child, LIMIT);
+		let mut stderr = String::new();
+		child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+		assert!(!status.success(), "{stderr}");
+		assert!(stderr.contains("closed the session"), "{stderr}");
+	}
+}

@@ -1,6 +1,9 @@
-//! `moq-clock`: an example moq-lite-05 client. `publish` sends a clock (one group per second, one
-//! frame with the time); `subscribe` watches it and prints each frame. Two terminals and a local
-//! relay show data moving end to end:
+//! `moq-clock`: an example moq-lite-05 client. `publish` sends a clock on track `seconds`, in the
+//! public clock example's format, so each prints the other's: a group per minute (its sequence
+//! the minute of the hour it started, then rising), whose first frame is the `YYYY-MM-DD HH:MM:`
+//! prefix and each later frame the second, `SS`. `subscribe` prints prefix + second for every
+//! second. When the relay ends the session, either one says so and exits non-zero. Two
+//! terminals and a local relay show data moving end to end:
 //!
 //! ```sh
 //! cargo run --release -p moq-relay
@@ -14,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use moq_net::model::{Frame, Origin, Path, Subscription, Timestamp, TrackInfo};
+use moq_net::model::{Frame, GroupProducer, Origin, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
 use moq_quic::Verification;
 use moq_relay::client::{self, Url};
 use moq_relay::race::{Either, race};
@@ -39,7 +42,7 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-	/// Publish a clock: one group per second with the time as its frame.
+	/// Publish a clock: a group per minute, a frame per second.
 	Publish {
 		/// moqt://host:port/path[?jwt=...]
 		url: String,
@@ -118,22 +121,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			url.path.trim_end_matches('/'),
 			args.broadcast
 		);
-		let mut sequence = 0;
-		loop {
-			let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-			let mut group = track.create_group(sequence)?;
-			let text = clock_text(now.as_secs());
-			group.write_frame(Frame::new(
-				Timestamp::new(now.as_millis() as u64, 1000),
-				text.into_bytes(),
-			))?;
-			group.finish()?;
-			sequence += 1;
-			// Wake on the next second, or end when the relay closes the session.
-			let next = Duration::from_secs(now.as_secs() + 1) - now;
-			if let Either::Left(code) = race(client.session.closed(), kio::time::sleep(next)).await {
-				anyhow::bail!("the relay closed the session (code {code})");
-			}
+		let result = race(client.session.closed(), publish_clock(&track)).await;
+		match result {
+			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
+			Either::Right(result) => result,
 		}
 	} else {
 		let viewer = Origin::new(u64::from(std::process::id()).max(1));
@@ -152,32 +143,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			url.path.trim_end_matches('/'),
 			args.broadcast
 		);
-		let mut cursor = viewer.consumer().announced(&Path::default());
-		let broadcast = loop {
-			let update = cursor.next().await;
-			if update.path == name
-				&& let Some(broadcast) = update.broadcast
-			{
-				break broadcast;
+		let watch = async {
+			let mut cursor = viewer.consumer().announced(&Path::default());
+			let broadcast = loop {
+				let update = cursor.next().await;
+				if update.path == name
+					&& let Some(broadcast) = update.broadcast
+				{
+					break broadcast;
+				}
+			};
+			let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
+			while let Some(mut group) = track.recv_group().await? {
+				let Some(prefix) = group.read_frame().await? else {
+					continue;
+				};
+				let prefix = String::from_utf8_lossy(&prefix.payload).into_owned();
+				while let Some(second) = group.read_frame().await? {
+					println!("{prefix}{}", String::from_utf8_lossy(&second.payload));
+				}
 			}
+			anyhow::Ok(())
 		};
-		let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
-		while let Some(mut group) = track.recv_group().await? {
-			while let Some(frame) = group.read_frame().await? {
-				println!(
-					"{} (group {})",
-					String::from_utf8_lossy(&frame.payload),
-					group.sequence()
-				);
-			}
+		match race(client.session.closed(), watch).await {
+			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
+			Either::Right(result) => result,
 		}
-		drop(client);
-		Ok(())
 	}
 }
 
-/// `HH:MM:SS UTC` of a Unix time.
-fn clock_text(secs: u64) -> String {
-	let day = secs % 86_400;
-	format!("{:02}:{:02}:{:02} UTC", day / 3600, day % 3600 / 60, day % 60)
+/// Publishes the clock until an error: a group per minute, the prefix, then a frame a second.
+async fn publish_clock(track: &TrackProducer) -> anyhow::Result<()> {
+	let mut group: Option<(u64, GroupProducer)> = None;
+	// The first group's sequence is the minute it starts in (as the public example does), then
+	// each minute the next.
+	let mut sequence = None;
+	loop {
+		let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+		let at = time::OffsetDateTime::from_unix_timestamp(now.as_secs() as i64)?;
+		let minute = now.as_secs() / 60;
+		let stamp = Timestamp::new(now.as_millis() as u64, 1000);
+		if group.as_ref().is_none_or(|(started, _)| *started != minute) {
+			if let Some((_, mut done)) = group.take() {
+				done.finish()?;
+			}
+			let next = sequence.map_or_else(|| u64::from(at.minute()), |last: u64| last + 1);
+			sequence = Some(next);
+			let mut fresh = track.create_group(next)?;
+			let prefix = format!(
+				"{:04}-{:02}-{:02} {:02}:{:02}:",
+				at.year(),
+				u8::from(at.month()),
+				at.day(),
+				at.hour(),
+				at.minute()
+			);
+			fresh.write_frame(Frame::new(stamp, prefix.into_bytes()))?;
+			group = Some((minute, fresh));
+		}
+		if let Some((_, current)) = &mut group {
+			current.write_frame(Frame::new(stamp, format!("{:02}", at.second()).into_bytes()))?;
+		}
+		// Wake on the next second.
+		kio::time::sleep(Duration::from_secs(now.as_secs() + 1) - now).await;
+	}
 }

@@ -19,7 +19,8 @@ use crate::lite::{
 	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
 };
 use crate::model::{
-	self, BroadcastConsumer, GroupConsumer, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo, Update,
+	self, BroadcastConsumer, GroupConsumer, Origin, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo,
+	Update,
 };
 use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
 
@@ -54,7 +55,11 @@ async fn serve<T: Transport + 'static>(
 		(ControlType::Track, Some(origin)) => track(&mut send, &mut reader, origin).await,
 		(ControlType::Subscribe, Some(origin)) => subscribe(&inner, &mut send, &mut reader, origin).await,
 		(ControlType::Fetch, Some(origin)) => fetch(&mut send, &mut reader, origin).await,
-		(ControlType::Announce | ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => {
+		// Nothing to publish: the peer hears an empty set (and nothing more until it ends the
+		// stream), not a refusal. Some peers end the whole session on a refused ANNOUNCE_REQUEST,
+		// and "nothing announced" is simply true.
+		(ControlType::Announce, None) => announce(&inner, &mut send, &mut reader, &Origin::new(0).consumer()).await,
+		(ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => {
 			Err(SessionError::Refused(ErrorCode::InvalidRole))
 		}
 		// We advertise no Probe level, so a Probe stream is refused.
