@@ -3,7 +3,7 @@
 //! | Request                        | Response                                                      |
 //! |--------------------------------|---------------------------------------------------------------|
 //! | `GET /health`                  | `200`, `ok\n`                                                 |
-//! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER, no newline (a browser passes it to `serverCertificateHashes` as is) |
+//! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER: exactly 64 characters, no newline (a browser passes it to `serverCertificateHashes` as is), with `Access-Control-Allow-Origin: *` |
 //! | `GET /metrics`                 | `200`, Prometheus text ([`metrics`])          |
 //! | `HEAD` of those                | the same headers, no body                                     |
 //! | any other path                 | `404`                                                         |
@@ -106,7 +106,11 @@ impl Routes {
 			.map_or(head.target.as_str(), |(path, _)| path);
 		match path {
 			"/health" => Response::text(200, "ok\n"),
-			"/certificate.sha256" => Response::text(200, self.fingerprint.clone()),
+			// Browsers fetch it from a page on another origin to pin the certificate
+			// (`serverCertificateHashes`): CORS allows them to read it.
+			"/certificate.sha256" => {
+				Response::text(200, self.fingerprint.clone()).header("access-control-allow-origin", "*")
+			}
 			"/metrics" => Response::new(200, metrics::CONTENT_TYPE, (self.metrics)()),
 			_ => Response::text(404, "not found\n"),
 		}
@@ -584,6 +588,14 @@ mod tests {
 			let cert = get(addr, "/certificate.sha256").await.unwrap();
 			assert_eq!((cert.status, cert.body.as_str()), (200, FINGERPRINT_OF_ABC));
 			assert_eq!(cert.content_type.as_deref(), Some("text/plain; charset=utf-8"));
+			assert_eq!(cert.body.len(), 64, "exactly the hex digits: browsers do not trim");
+			// A page on another origin may read it.
+			let raw = exchange(addr, b"GET /certificate.sha256 HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+			assert!(
+				raw.to_ascii_lowercase()
+					.contains("\r\naccess-control-allow-origin: *\r\n"),
+				"{raw}"
+			);
 			let metrics = get(addr, "/metrics?x=1").await.unwrap();
 			assert_eq!(metrics.status, 200);
 			assert_eq!(metrics.content_type.as_deref(), Some(metrics::CONTENT_TYPE));
