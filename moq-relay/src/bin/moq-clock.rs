@@ -178,8 +178,16 @@ async fn publish_clock(track: &TrackProducer) -> anyhow::Result<()> {
 	// The first group's sequence is the minute it starts in (as the public example does), then
 	// each minute the next.
 	let mut sequence = None;
+	let mut last_second = None;
 	loop {
 		let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+		// A timer may fire a little before the wall clock's next second (the runtime's clock is
+		// read once per loop turn): a second is written once, when it has come.
+		if last_second == Some(now.as_secs()) {
+			kio::time::sleep(Duration::from_secs(now.as_secs() + 1) - now).await;
+			continue;
+		}
+		last_second = Some(now.as_secs());
 		let at = time::OffsetDateTime::from_unix_timestamp(now.as_secs() as i64)?;
 		let minute = now.as_secs() / 60;
 		let stamp = Timestamp::new(now.as_millis() as u64, 1000);
