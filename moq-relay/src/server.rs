@@ -106,8 +106,9 @@ pub fn certificate(config: &Config) -> anyhow::Result<Certificate> {
 	}
 }
 
-/// A relay's origin id in hop chains: random per process, never 0, and a varint (below 2^62: it
-/// travels in SETUP, ANNOUNCE_OK and hop chains).
+/// A relay's origin id in hop chains: random per process, never 0, and below 2^53: it travels in
+/// SETUP, ANNOUNCE_OK and hop chains, and the browser library `@moq/lite` reads those integers as
+/// JavaScript numbers, failing above 2^53 - 1 (docs/moq-lite-versions.md §3).
 fn relay_id() -> u64 {
 	use std::hash::{BuildHasher, Hasher};
 	let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -117,7 +118,7 @@ fn relay_id() -> u64 {
 			.map_or(0, |d| d.as_nanos()),
 	);
 	hasher.write_u32(std::process::id());
-	(hasher.finish() >> 2).max(1)
+	(hasher.finish() >> 11).max(1)
 }
 
 /// Runs a relay on the calling thread until `shutdown` is triggered and its connections drained.
@@ -558,4 +559,15 @@ fn render_metrics(shared: &Shared) -> String {
 		at(i).ring.completions
 	});
 	prom.finish()
+}
+
+#[cfg(test)]
+mod tests {
+	#[test]
+	fn relay_ids_fit_a_javascript_number() {
+		for _ in 0..1000 {
+			let id = super::relay_id();
+			assert!(id > 0 && id < 1 << 53, "{id}");
+		}
+	}
 }

@@ -152,6 +152,8 @@ pub enum EncodeError {
 	PathTooDeep,
 	/// More than [`crate::lite::MAX_PARAMETERS`] SETUP parameters.
 	TooManyParameters,
+	/// The message does not exist in the version it is encoded for; names the message.
+	NotInVersion(&'static str),
 }
 
 impl EncodeError {
@@ -167,6 +169,7 @@ impl fmt::Display for EncodeError {
 			Self::BoundsExceeded => f.write_str("a value is over what the wire carries"),
 			Self::PathTooDeep => write!(f, "a path has more than {MAX_PATH_SEGMENTS} segments"),
 			Self::TooManyParameters => f.write_str("too many SETUP parameters"),
+			Self::NotInVersion(message) => write!(f, "{message} does not exist in this moq-lite version"),
 		}
 	}
 }

@@ -1,4 +1,5 @@
-//! The lite-05 messages other than SETUP (docs/moq-lite-05.md §2.5), one struct per message.
+//! The lite-05 messages other than SETUP (docs/moq-lite-05.md §2.5), one struct per message, and
+//! the 04 and 03 encodings of the few that differ ([`Version`], docs/moq-lite-versions.md).
 //!
 //! Field order in each struct is wire order. Integers are varints unless the spec marks them
 //! `(8)` (priority, ordered, announce status: one raw byte).
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::version::{Version, VersionedDecode, VersionedEncode};
 use super::{MAX_HOPS, MAX_MESSAGE_LEN};
 use crate::coding::{
 	Decode, DecodeError, Encode, EncodeError, decode_group, decode_len, decode_varint, decode_zigzag, encode_group,
@@ -370,7 +372,21 @@ pub enum SubscribeResponse {
 		/// The **exclusive** end: the first sequence never delivered (0 = no groups).
 		group: u64,
 	},
-	/// Type 2, SUBSCRIBE_DROP: a range of groups that will not be delivered.
+	/// SUBSCRIBE_OK, 03 and 04 only (type 0 there, before any group): the subscription is served.
+	/// The reference publisher echoes the subscriber's priority and zeroes the rest.
+	Ok {
+		/// The priority the subscription is served at.
+		priority: u8,
+		/// Whether groups are delivered in order.
+		ordered: bool,
+		/// The latency the publisher serves with.
+		latency_max: Duration,
+		/// The first group, if known.
+		start: Option<u64>,
+		/// The last group, if known.
+		end: Option<u64>,
+	},
+	/// Type 2 (type 1 on 03 and 04), SUBSCRIBE_DROP: a range of groups that will not be delivered.
 	Drop {
 		/// The first dropped group.
 		start: u64,
@@ -385,7 +401,7 @@ impl SubscribeResponse {
 	/// The wire type.
 	pub fn kind(&self) -> u64 {
 		match self {
-			Self::Start { .. } => 0,
+			Self::Start { .. } | Self::Ok { .. } => 0,
 			Self::End { .. } => 1,
 			Self::Drop { .. } => 2,
 		}
@@ -421,9 +437,64 @@ impl Decode for SubscribeResponse {
 
 impl Encode for SubscribeResponse {
 	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-		self.kind().emit(out)?;
+		self.emit_for(Version::Lite05, out)
+	}
+}
+
+impl VersionedDecode for SubscribeResponse {
+	fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		if version.has_track_stream() {
+			return Self::decode(buf);
+		}
+		// 03 and 04: type 0 is SUBSCRIBE_OK, type 1 SUBSCRIBE_DROP; nothing else.
+		match decode_varint(buf)? {
+			0 => decode_message(buf, |body| {
+				Ok(Self::Ok {
+					priority: u8::decode(body)?,
+					ordered: bool::decode(body)?,
+					latency_max: Duration::decode(body)?,
+					start: decode_group(body)?,
+					end: decode_group(body)?,
+				})
+			}),
+			1 => decode_message(buf, |body| {
+				Ok(Self::Drop {
+					start: decode_varint(body)?,
+					end: decode_varint(body)?,
+					code: decode_varint(body)?,
+				})
+			}),
+			other => Err(DecodeError::UnexpectedMessage(other)),
+		}
+	}
+}
+
+impl VersionedEncode for SubscribeResponse {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		let kind: u64 = match (self, version.has_track_stream()) {
+			(Self::Start { .. }, true) | (Self::Ok { .. }, false) => 0,
+			(Self::End { .. }, true) | (Self::Drop { .. }, false) => 1,
+			(Self::Drop { .. }, true) => 2,
+			(Self::Start { .. }, false) => return Err(EncodeError::NotInVersion("SUBSCRIBE_START")),
+			(Self::End { .. }, false) => return Err(EncodeError::NotInVersion("SUBSCRIBE_END")),
+			(Self::Ok { .. }, true) => return Err(EncodeError::NotInVersion("SUBSCRIBE_OK")),
+		};
+		kind.emit(out)?;
 		emit_message(out, |out| match *self {
 			Self::Start { group } | Self::End { group } => group.emit(out),
+			Self::Ok {
+				priority,
+				ordered,
+				latency_max,
+				start,
+				end,
+			} => {
+				priority.emit(out)?;
+				ordered.emit(out)?;
+				latency_max.emit(out)?;
+				encode_group(start, out)?;
+				encode_group(end, out)
+			}
 			Self::Drop { start, end, code } => {
 				start.emit(out)?;
 				end.emit(out)?;
@@ -643,5 +714,112 @@ impl Encode for Datagram {
 		self.timestamp.emit(out)?;
 		out.extend_from_slice(&self.payload);
 		Ok(())
+	}
+}
+
+// --- what differs in moq-lite-04 and -03 (docs/moq-lite-versions.md) -----------------------------
+
+impl VersionedDecode for AnnounceRequest {
+	fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		if version.has_exclude_hop() {
+			return Self::decode(buf);
+		}
+		decode_message(buf, |body| {
+			Ok(Self {
+				prefix: Path::decode(body)?,
+				exclude_hop: 0,
+			})
+		})
+	}
+}
+
+impl VersionedEncode for AnnounceRequest {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		if version.has_exclude_hop() {
+			return self.emit(out);
+		}
+		emit_message(out, |out| self.prefix.emit(out))
+	}
+}
+
+impl VersionedDecode for Announce {
+	fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		if version.has_hop_ids() {
+			return Self::decode(buf);
+		}
+		// 03 sends only how many hops: each decodes as the unknown origin (0), which identifies
+		// nothing and is never taken for a loop.
+		decode_message(buf, |body| {
+			let status =
+				AnnounceStatus::from_u8(u8::decode(body)?).ok_or(DecodeError::InvalidValue("announce status"))?;
+			let suffix = Path::decode(body)?;
+			let count = decode_len(body, MAX_HOPS)?;
+			Ok(Self {
+				status,
+				suffix,
+				hops: vec![0; count],
+			})
+		})
+	}
+}
+
+impl VersionedEncode for Announce {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		if version.has_hop_ids() {
+			return self.emit(out);
+		}
+		if self.hops.len() > MAX_HOPS {
+			return Err(EncodeError::BoundsExceeded);
+		}
+		emit_message(out, |out| {
+			self.status.to_u8().emit(out)?;
+			self.suffix.emit(out)?;
+			(self.hops.len() as u64).emit(out)
+		})
+	}
+}
+
+impl VersionedDecode for FrameHeader {
+	fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		if version.has_track_stream() {
+			return Self::decode(buf);
+		}
+		// No timestamps before 05: the receiver stamps frames itself.
+		Ok(Self {
+			timestamp_delta: 0,
+			size: decode_varint(buf)?,
+		})
+	}
+}
+
+impl VersionedEncode for FrameHeader {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		if version.has_track_stream() {
+			return self.emit(out);
+		}
+		self.size.emit(out)
+	}
+}
+
+impl VersionedDecode for Probe {
+	fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		if version.has_probe_rtt() {
+			return Self::decode(buf);
+		}
+		decode_message(buf, |body| {
+			Ok(Self {
+				bitrate: decode_varint(body)?,
+				rtt_ms: 0,
+			})
+		})
+	}
+}
+
+impl VersionedEncode for Probe {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		if version.has_probe_rtt() {
+			return self.emit(out);
+		}
+		emit_message(out, |out| self.bitrate.emit(out))
 	}
 }

@@ -37,6 +37,7 @@ pub mod message;
 pub mod session;
 pub mod setup;
 pub mod stream;
+pub mod version;
 
 pub use error::ErrorCode;
 pub use message::{
@@ -45,6 +46,7 @@ pub use message::{
 };
 pub use setup::{ProbeLevel, Role, Setup};
 pub use stream::{ControlType, DataType};
+pub use version::{Version, VersionedDecode, VersionedEncode};
 
 /// The longest length-prefixed message body, in bytes.
 pub const MAX_MESSAGE_LEN: usize = 64 * 1024;
