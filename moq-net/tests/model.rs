@@ -701,3 +701,36 @@ fn a_cursor_capped_below_the_live_edge_holds_sequences_not_groups_and_few_of_the
 	assert!(offered.windows(2).all(|w| w[0] < w[1]));
 	assert_eq!(*offered.last().unwrap(), 1_999);
 }
+
+#[test]
+fn raising_the_floor_offers_nothing_twice_and_clearing_it_never_repeats_the_latest() {
+	// Found in review: a floor raised by `start_at` rewound and offered cached groups again, and
+	// clearing a floor set after the latest was yielded offered it a second time.
+	let track = track();
+	publish(&track, 5);
+	let mut cursor = track.consume();
+	assert_eq!(drain(&mut cursor, false), vec![5]);
+	cursor.raise_start(100);
+	publish(&track, 6);
+	assert_eq!(drain(&mut cursor, false), Vec::<u64>::new(), "below the raised floor");
+	cursor.clear_start();
+	assert_eq!(
+		drain(&mut cursor, false),
+		vec![6],
+		"back to the latest, which the floor had skipped; 5, yielded, is not offered again"
+	);
+	cursor.clear_start();
+	assert_eq!(drain(&mut cursor, false), Vec::<u64>::new(), "no floor: nothing again");
+	publish(&track, 7);
+	assert_eq!(drain(&mut cursor, false), vec![7]);
+	// Lowering still rewinds: history asked for.
+	cursor.start_at(5);
+	assert_eq!(drain(&mut cursor, false), vec![5, 6, 7]);
+	// A future floor set after the latest was yielded, then cleared: nothing is repeated.
+	let mut fresh = track.consume();
+	assert_eq!(drain(&mut fresh, false), vec![7]);
+	fresh.start_at(100);
+	assert_eq!(drain(&mut fresh, false), Vec::<u64>::new());
+	fresh.clear_start();
+	assert_eq!(drain(&mut fresh, false), Vec::<u64>::new(), "7 was yielded already");
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use moq_net::coding::Encode;
 use moq_net::lite::session::{self, Config, Session};
-use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Track};
+use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subscribe, Track};
 use moq_net::model::{Origin, TrackConsumer};
 use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::memory::{self, Memory};
@@ -663,5 +663,72 @@ fn a_peer_with_nothing_to_publish_announces_an_empty_set() {
 		// The stream stays open for updates until we end it; then it ends cleanly.
 		send.finish().unwrap();
 		assert_eq!(recv.read().await, Ok(None));
+	});
+}
+
+/// The sequence of the group on the next group stream the relay opens toward `raw` (its SETUP
+/// stream is skipped).
+async fn next_group_stream(raw: &Memory) -> u64 {
+	loop {
+		let mut recv = raw.accept_uni().await.unwrap();
+		let mut bytes = Vec::new();
+		loop {
+			let mut buf = bytes.as_slice();
+			match <DataType as moq_net::coding::Decode>::decode(&mut buf) {
+				Ok(DataType::Group) => {
+					if let Ok(header) = <GroupHeader as moq_net::coding::Decode>::decode(&mut buf) {
+						return header.sequence;
+					}
+				}
+				Ok(_) => break,
+				Err(_) => {}
+			}
+			match recv.read().await.unwrap() {
+				Some(chunk) => bytes.extend_from_slice(&chunk),
+				None => break,
+			}
+		}
+	}
+}
+
+#[test]
+fn an_update_that_keeps_the_start_sends_nothing_twice() {
+	// Before: every SUBSCRIBE_UPDATE carrying a start rewound the cursor, so an update that only
+	// changed the priority sent every cached group again (and a peer could repeat it to multiply
+	// what the relay sends).
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		let subscribe = Subscribe {
+			start: Some(0),
+			..test_support::subscribe(1, "bbb", "video")
+		};
+		let (mut send, _recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
+		let mut got: Vec<u64> = Vec::new();
+		for _ in 0..3 {
+			got.push(next_group_stream(&raw).await);
+		}
+		got.sort_unstable();
+		assert_eq!(got, vec![0, 1, 2], "history from the start");
+		let update = moq_net::lite::SubscribeUpdate {
+			priority: 5,
+			ordered: false,
+			latency_max: Duration::ZERO,
+			start: Some(0),
+			end: None,
+		};
+		let mut bytes = Vec::new();
+		update.encode(&mut bytes);
+		send.write(Bytes::from(bytes)).await.unwrap();
+		// Give the update time to be read before the next group (the relay serves in order).
+		for _ in 0..10 {
+			kio::yield_now().await;
+		}
+		publish(&track, 3);
+		assert_eq!(next_group_stream(&raw).await, 3, "the new group, not an old one again");
 	});
 }

@@ -10,9 +10,10 @@
 //! Every frame costs its payload plus [`ENTRY_OVERHEAD`], for the group's byte cap and for the
 //! pool alike, so a flood of empty frames fills the cap like a flood of bytes does. A frame shed
 //! by the cap gives its charge back to the pool at once. A pool that cannot take a frame (it is at
-//! its capacity, or a parent pool is) refuses it: the write fails with [`Error::Evicted`] and the
-//! group ends with that error, so what the cache holds never exceeds its budget by more than one
-//! frame's bookkeeping.
+//! its capacity, or a parent pool is), even after the track evicted what it could, refuses it: the
+//! write fails with [`Error::Evicted`] and the group ends with that error, its frames still cached
+//! and still charged until the track evicts the group, so what the cache holds never exceeds its
+//! budget.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -133,11 +134,9 @@ impl GroupProducer {
 			Written::Done(result) => result,
 			Written::PoolFull => {
 				self.done = true;
-				let wakes = {
-					let mut state = self.state.lock();
-					state.release_pool();
-					state.ended(Err(Error::Evicted))
-				};
+				// The frames already written stay cached, and charged, until the track evicts the
+				// group or it is dropped: releasing the charge here would leave them uncounted.
+				let wakes = self.state.lock().ended(Err(Error::Evicted));
 				drop(wakes);
 				Err(Error::Evicted)
 			}
@@ -402,12 +401,20 @@ mod tests {
 			group.write_frame(frame(byte, 100)).unwrap();
 		}
 		assert_eq!(group.write_frame(frame(3, 100)), Err(Error::Evicted));
-		assert_eq!(pool.used(), 0, "the ended group gave its charge back");
+		// The frames written before are still cached, so still charged: releasing them here left
+		// the cache holding what the pool no longer counted (found in review).
+		assert_eq!(
+			pool.used(),
+			3 * (100 + ENTRY_OVERHEAD),
+			"only the refused frame is not charged"
+		);
 		kio::block_on(async {
 			assert_eq!(reader.read_frame().await.unwrap().unwrap().payload[0], 0);
 			while let Ok(Some(_)) = reader.read_frame().await {}
 			assert_eq!(reader.finished().await, Err(Error::Evicted));
 		});
+		drop((group, reader));
+		assert_eq!(pool.used(), 0, "the charge goes when the group does");
 	}
 
 	#[test]

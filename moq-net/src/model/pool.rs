@@ -75,6 +75,11 @@ impl Pool {
 			&& self.shared.parent.as_ref().is_none_or(|parent| parent.has_room(bytes))
 	}
 
+	/// Whether `bytes` could ever fit: no more than the capacity here and in every parent.
+	pub fn could_fit(&self, bytes: u64) -> bool {
+		bytes <= self.shared.capacity && self.shared.parent.as_ref().is_none_or(|parent| parent.could_fit(bytes))
+	}
+
 	/// Charges `bytes` unless that would take this pool or a parent past its capacity.
 	pub fn try_charge(&self, bytes: u64) -> bool {
 		let taken = self

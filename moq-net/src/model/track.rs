@@ -5,11 +5,12 @@
 //! Groups are kept in **arrival order** (`arrival`, a deque indexed by a monotonically rising
 //! arrival index; an evicted group leaves a hole) and indexed **by sequence** (`by_sequence`).
 //! The **latest** group (the highest sequence) is never evicted. Non-latest groups expire once
-//! their last access is older than the track's `latency_max`, and while the shared [`Pool`] is
-//! over budget, a track that creates a group first evicts its own stalest non-latest groups.
-//! Both checks run when the track writes and scan at most [`EVICT_SCAN`] entries; pool eviction
-//! runs before the new group is inserted (so it is never its own victim), expiry after (so the
-//! group it displaced as the latest may expire at once).
+//! their last access is older than the track's `latency_max`, and when the shared [`Pool`] cannot
+//! take a frame a track writes, that track first evicts its own stalest non-latest groups.
+//! Expiry runs when the track creates a group, after the insert (so the group it displaced as the
+//! latest may expire at once), and scans at most [`EVICT_SCAN`] entries; pool eviction runs when
+//! a frame does not fit, never evicts the group being written, and only when evicting could make
+//! room ([`Pool::could_fit`]).
 //!
 //! # Cursors
 //!
@@ -277,7 +278,13 @@ impl TrackState {
 /// groups (a full pool refuses a frame otherwise).
 pub(crate) fn relieve_for(track: &Lock<TrackState>, sequence: u64, room: u64) {
 	let mut evicted = Vec::new();
-	track.lock().relieve(&mut evicted, room, Some(sequence));
+	{
+		let mut state = track.lock();
+		// Evicting cannot make room for what could never fit: keep the cache.
+		if state.pool.as_ref().is_some_and(|pool| pool.could_fit(room)) {
+			state.relieve(&mut evicted, room, Some(sequence));
+		}
+	}
 	abort_all(evicted);
 }
 
@@ -579,6 +586,8 @@ pub struct TrackConsumer {
 	state: Lock<TrackState>,
 	/// The arrival index `recv_group` reads next.
 	next_arrival: u64,
+	/// The highest sequence `recv_group` has yielded, if any.
+	yielded: Option<u64>,
 	/// The lowest sequence `next_group` may yield next.
 	next_sequence: u64,
 	start: Option<u64>,
@@ -598,6 +607,7 @@ impl TrackConsumer {
 		Self {
 			state,
 			next_arrival,
+			yielded: None,
 			next_sequence,
 			start: None,
 			end: None,
@@ -664,6 +674,13 @@ impl TrackConsumer {
 		self.next_sequence = start;
 	}
 
+	/// Raises the floor to `start` without going back: groups below it are no longer yielded,
+	/// and nothing already passed is offered again.
+	pub fn raise_start(&mut self, start: u64) {
+		self.start = Some(start);
+		self.next_sequence = self.next_sequence.max(start);
+	}
+
 	/// Removes the floor: the cursor goes on from the latest group, as a cursor made without a
 	/// start does. If the floor had skipped the latest group (a start in the future), the cursor
 	/// goes back to it; groups it already yielded are not yielded again.
@@ -674,6 +691,7 @@ impl TrackConsumer {
 		let state = self.state.lock();
 		if let (Some(latest), Some(max)) = (state.latest, state.max_sequence)
 			&& max < start
+			&& self.yielded.is_none_or(|yielded| yielded < max)
 		{
 			// Every cached group was below the floor, so none was yielded: the latest comes next.
 			self.next_arrival = self.next_arrival.min(latest);
@@ -768,6 +786,7 @@ impl TrackConsumer {
 				Self::hold(&mut self.held, cached.sequence);
 				continue;
 			}
+			self.yielded = Some(self.yielded.map_or(cached.sequence, |y| y.max(cached.sequence)));
 			return Poll::Ready(Ok(Some(GroupConsumer::new(cached.sequence, cached.group.clone()))));
 		}
 		if state.is_complete() && self.held.is_empty() {
@@ -852,6 +871,7 @@ impl Clone for TrackConsumer {
 		Self {
 			state: self.state.clone(),
 			next_arrival: self.next_arrival,
+			yielded: self.yielded,
 			next_sequence: self.next_sequence,
 			start: self.start,
 			end: self.end,

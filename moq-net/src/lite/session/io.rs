@@ -53,7 +53,17 @@ impl<R: RecvStream> Reader<R> {
 		reader
 	}
 
+	/// Frees the reassembly's allocation once it is empty: a stream left idle after one large
+	/// frame keeps nothing.
+	fn release_if_empty(&mut self) {
+		if self.buf.is_empty() {
+			self.buf = Vec::new();
+		}
+	}
+
 	/// Brings the charge in line with what `buf` holds; fails if the budget cannot take more.
+	/// (Charged by length: the allocation is at most twice that while a reassembly grows, and is
+	/// freed when it completes.)
 	fn account(&mut self) -> Result<(), SessionError> {
 		let Some(budget) = &self.budget else {
 			return Ok(());
@@ -79,6 +89,7 @@ impl<R: RecvStream> Reader<R> {
 			self.chunk.advance(n);
 		} else {
 			self.buf.drain(..n);
+			self.release_if_empty();
 			let _ = self.account();
 		}
 	}
@@ -161,6 +172,7 @@ impl<R: RecvStream> Reader<R> {
 				} else {
 					let payload = Bytes::copy_from_slice(&self.buf[..size]);
 					self.buf.drain(..size);
+					self.release_if_empty();
 					let _ = self.account();
 					payload
 				};

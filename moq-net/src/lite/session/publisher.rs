@@ -231,33 +231,37 @@ fn stream_priority(priority: u8, first: u64, sequence: u64) -> i32 {
 	(i32::from(priority) << 23) | rank as i32
 }
 
-/// A subscription's group streams in flight, oldest first, at most `limit` of them and none older
-/// than `max_age`: past either, the oldest is reset, so a subscriber that stops reading makes us
-/// hold a bounded number of groups, for a bounded time.
+/// A subscription's group streams in flight, oldest first, at most `limit` of them: past it the
+/// oldest is reset, and so is one that a newer group superseded longer than the track's latency
+/// ago (a group may stay open for as long as its publisher writes it; what ages it is being
+/// superseded). A subscriber that stops reading makes us hold a bounded number of groups, for a
+/// bounded time.
 struct InFlight {
-	tasks: VecDeque<(Instant, JoinHandle<()>)>,
+	/// When the next group superseded it (`None` for the newest), and its task.
+	tasks: VecDeque<(Option<Instant>, JoinHandle<()>)>,
 	limit: usize,
-	max_age: Duration,
 }
 
 impl InFlight {
-	fn new(limit: usize, max_age: Duration) -> Self {
+	fn new(limit: usize) -> Self {
 		Self {
 			tasks: VecDeque::new(),
 			limit: limit.max(1),
-			max_age,
 		}
 	}
 
-	fn push(&mut self, now: Instant, task: JoinHandle<()>, budget: &Budget) {
+	fn push(&mut self, now: Instant, max_age: Duration, task: JoinHandle<()>, budget: &Budget) {
+		if let Some((superseded, _)) = self.tasks.back_mut() {
+			superseded.get_or_insert(now);
+		}
 		// Finished groups leave from the front; one that is still in flight at the front while
 		// later ones finished is the oldest, the one to reset when the limit is reached. O(1) per
 		// group, amortised: no walk of the queue.
-		while let Some((started, oldest)) = self.tasks.front() {
-			let over = self.tasks.len() >= self.limit || now.duration_since(*started) > self.max_age;
+		while let Some((superseded, oldest)) = self.tasks.front() {
+			let stale = superseded.is_some_and(|at| now.duration_since(at) > max_age);
 			if oldest.is_finished() {
 				self.tasks.pop_front();
-			} else if over {
+			} else if self.tasks.len() >= self.limit || stale {
 				oldest.abort();
 				budget.refused();
 				self.tasks.pop_front();
@@ -265,13 +269,22 @@ impl InFlight {
 				break;
 			}
 		}
-		self.tasks.push_back((now, task));
+		self.tasks.push_back((None, task));
 	}
 
-	async fn join(&mut self) {
-		for (_, task) in self.tasks.drain(..) {
-			let _ = task.await;
-		}
+	/// Waits for the groups in flight to be sent, for at most `limit`; the rest are reset.
+	async fn join(&mut self, limit: Duration) {
+		let mut deadline = kio::time::Deadline::new(Some(kio::time::now() + limit));
+		kio::wait(|waiter| {
+			while let Some((_, task)) = self.tasks.front() {
+				if task.poll_join(waiter).is_pending() {
+					return deadline.poll_elapsed(waiter);
+				}
+				self.tasks.pop_front();
+			}
+			Poll::Ready(())
+		})
+		.await;
 	}
 }
 
@@ -321,7 +334,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		.subscribe_track(&request.track, subscription)
 		.map_err(SessionError::Model)?;
 	let mut first = None;
-	let mut groups = InFlight::new(inner.config.limits.groups_in_flight, cursor.info().latency_max);
+	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
 	loop {
 		let event = kio::wait(|waiter| {
 			if let Poll::Ready(update) = reader.poll_decode::<SubscribeUpdate>(waiter) {
@@ -347,18 +360,21 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					}
 				};
 				let priority = stream_priority(subscription.priority, first, group.sequence());
-				let timescale = cursor.info().timescale;
-				let task = kio::spawn(serve_group(inner.clone(), request.id, group, priority, timescale));
-				groups.push(kio::time::now(), task, &inner.budget);
+				let info = cursor.info();
+				let task = kio::spawn(serve_group(inner.clone(), request.id, group, priority, info.timescale));
+				groups.push(kio::time::now(), info.latency_max, task, &inner.budget);
 			}
 			SubscribeEvent::Group(Ok(None)) => {
 				let end = cursor.finished().await.map_err(SessionError::Model)?;
 				io::write(&mut send.send, &SubscribeResponse::End { group: end }).await?;
-				groups.join().await;
+				// The last groups get the track's latency to be taken; a subscriber that stopped
+				// reading does not hold them longer.
+				groups.join(cursor.info().latency_max).await;
 				return send.finish();
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
 			SubscribeEvent::Update(Ok(Some(update))) => {
+				let previous = subscription.start;
 				subscription = Subscription {
 					priority: update.priority,
 					ordered: update.ordered,
@@ -368,12 +384,15 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				};
 				cursor.subscribe(subscription);
 				cursor.end_at(update.end);
-				// The cursor follows the update exactly: a lower start rewinds, a higher one skips
-				// ahead, none goes back to the latest group (a start the peer withdraws leaves
-				// nothing behind).
-				match update.start {
-					Some(start) => cursor.start_at(start),
-					None => cursor.clear_start(),
+				// The cursor follows a changed start exactly: a lower one rewinds (history asked
+				// for), a higher one only raises the floor (nothing is offered twice), none goes back
+				// to the latest group (a start the peer withdraws leaves nothing behind). An update
+				// that keeps the start (a new priority, say) moves nothing.
+				match (previous, update.start) {
+					(old, new) if old == new => {}
+					(Some(old), Some(new)) if new > old => cursor.raise_start(new),
+					(_, Some(new)) => cursor.start_at(new),
+					(_, None) => cursor.clear_start(),
 				}
 			}
 			// The subscriber's FIN: unsubscribe. In-flight groups are reset (code 0) as `groups`
@@ -520,6 +539,32 @@ mod tests {
 		// Far past the first group, newer groups tie rather than invert.
 		assert!(stream_priority(1, 0, 1 << 30) >= stream_priority(1, 0, (1 << 30) - 1));
 		assert!(stream_priority(2, 0, 0) > stream_priority(1, 0, u64::MAX));
+	}
+
+	#[test]
+	fn a_long_group_ages_from_when_it_was_superseded_not_from_when_it_began() {
+		// Found in review: a group open longer than the track's latency (a minute-long group of a
+		// clock) was reset as soon as the next group arrived, because its age counted from its start.
+		kio::block_on(async {
+			let budget = Budget::new(crate::lite::session::Limits::default(), None);
+			let mut flight = InFlight::new(64);
+			let start = kio::time::now();
+			let later = |secs| start + Duration::from_secs(secs);
+			let pending = || kio::spawn(std::future::pending::<()>());
+			flight.push(start, Duration::from_secs(10), pending(), &budget);
+			// A minute later the next group comes: the first is superseded now, not stale.
+			flight.push(later(60), Duration::from_secs(10), pending(), &budget);
+			assert_eq!(flight.tasks.len(), 2, "kept: superseded a moment ago");
+			// Eleven seconds after that, the first has been superseded longer than the latency.
+			flight.push(later(71), Duration::from_secs(10), pending(), &budget);
+			assert_eq!(flight.tasks.len(), 2, "the stale one is reset");
+			// The count limit resets the oldest still in flight.
+			let mut capped = InFlight::new(2);
+			for _ in 0..5 {
+				capped.push(start, Duration::from_secs(10), pending(), &budget);
+			}
+			assert_eq!(capped.tasks.len(), 2);
+		});
 	}
 
 	#[test]
