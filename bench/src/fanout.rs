@@ -127,8 +127,16 @@ pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 				let config = server_config.clone();
 				kio::spawn(async move { session::setup(&server, &config).await })
 			};
+			// Clients say their role, as the relay's clients do: a viewer is not asked for
+			// announcements.
+			let role = match (publish.is_some(), subscribe.is_some()) {
+				(true, false) => Some(moq_net::lite::Role::Publisher),
+				(false, true) => Some(moq_net::lite::Role::Subscriber),
+				_ => None,
+			};
 			let client_config = Config {
 				origin: id,
+				role,
 				..Config::default()
 			};
 			let peer = session::setup(&client, &client_config).await.expect("client setup");

@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use kio::net::TcpListener;
 use kio::sync::{Consumer, Producer, Queue};
+use moq_net::lite::ErrorCode;
 use moq_net::lite::session::{self, Counters};
-use moq_net::lite::{ErrorCode, Role};
 use moq_net::model::{Origin, Path, Pool};
 use moq_quic::{Certificate, Connection, Endpoint, EndpointStats};
 use tracing::{debug, info, warn};
@@ -325,9 +325,7 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 	// What the peer may watch is what this session publishes to it, and the other way round.
 	let publish =
 		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
-	// A peer that said it only subscribes is not asked for announcements.
-	let subscribe = (!grant.publish.is_empty() && peer.role != Role::Subscriber)
-		.then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
+	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let _worker_session = Decrement(&shared.worker_sessions[worker]);

@@ -364,7 +364,10 @@ pub fn start<T: Transport + Clone + 'static>(
 	});
 	inner.spawn(publisher::run(inner.clone(), publish));
 	inner.spawn(subscriber::accept_groups(inner.clone()));
-	if let Some(subscribe) = subscribe {
+	// A peer that said it only subscribes has nothing to announce: it is not asked.
+	if let Some(subscribe) = subscribe
+		&& inner.peer.role != Role::Subscriber
+	{
 		inner.spawn(subscriber::run(inner.clone(), subscribe));
 	}
 	Session { inner }

@@ -334,6 +334,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		.subscribe_track(&request.track, subscription)
 		.map_err(SessionError::Model)?;
 	let mut first = None;
+	let mut info = None;
 	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
 	loop {
 		let event = kio::wait(|waiter| {
@@ -360,7 +361,9 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					}
 				};
 				let priority = stream_priority(subscription.priority, first, group.sequence());
-				let info = cursor.info();
+				// Known by the time a group arrives (a requested track's info comes first), and
+				// fixed for the track's life: read once, not under the track's lock per group.
+				let info = *info.get_or_insert_with(|| cursor.info());
 				let task = kio::spawn(serve_group(inner.clone(), request.id, group, priority, info.timescale));
 				groups.push(kio::time::now(), info.latency_max, task, &inner.budget);
 			}
@@ -373,33 +376,35 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				return send.finish();
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
-			SubscribeEvent::Update(Ok(Some(update))) => {
-				let previous = subscription.start;
-				subscription = Subscription {
-					priority: update.priority,
-					ordered: update.ordered,
-					latency_max: update.latency_max,
-					start: update.start,
-					end: update.end,
-				};
-				cursor.subscribe(subscription);
-				cursor.end_at(update.end);
-				// The cursor follows a changed start exactly: a lower one rewinds (history asked
-				// for), a higher one only raises the floor (nothing is offered twice), none goes back
-				// to the latest group (a start the peer withdraws leaves nothing behind). An update
-				// that keeps the start (a new priority, say) moves nothing.
-				match (previous, update.start) {
-					(old, new) if old == new => {}
-					(Some(old), Some(new)) if new > old => cursor.raise_start(new),
-					(_, Some(new)) => cursor.start_at(new),
-					(_, None) => cursor.clear_start(),
-				}
-			}
+			SubscribeEvent::Update(Ok(Some(update))) => apply_update(&mut cursor, &mut subscription, &update),
 			// The subscriber's FIN: unsubscribe. In-flight groups are reset (code 0) as `groups`
 			// drops.
 			SubscribeEvent::Update(Ok(None)) => return send.finish(),
 			SubscribeEvent::Update(Err(err)) => return Err(err),
 		}
+	}
+}
+
+/// Applies a SUBSCRIBE_UPDATE to the subscription and its cursor. The cursor follows a changed
+/// start exactly: a lower one rewinds (history asked for), a higher one only raises the floor
+/// (nothing is offered twice), none goes back to the latest group (a start the peer withdraws
+/// leaves nothing behind). An update that keeps the start (a new priority, say) moves nothing.
+fn apply_update(cursor: &mut TrackConsumer, subscription: &mut Subscription, update: &SubscribeUpdate) {
+	let previous = subscription.start;
+	*subscription = Subscription {
+		priority: update.priority,
+		ordered: update.ordered,
+		latency_max: update.latency_max,
+		start: update.start,
+		end: update.end,
+	};
+	cursor.subscribe(*subscription);
+	cursor.end_at(update.end);
+	match (previous, update.start) {
+		(old, new) if old == new => {}
+		(Some(old), Some(new)) if new > old => cursor.raise_start(new),
+		(_, Some(new)) => cursor.start_at(new),
+		(_, None) => cursor.clear_start(),
 	}
 }
 
