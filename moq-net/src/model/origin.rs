@@ -195,27 +195,14 @@ struct OriginState {
 }
 
 impl OriginState {
-	/// Queues an update of `path` for every cursor that sees it: the active publication there, or
-	/// `None` when there is none. `route` decides exclusion.
-	fn notify(&mut self, path: &Path, route: &Route) -> Wakes {
-		let mut wakes = Wakes::none();
-		let entry = self.broadcasts.get(path).and_then(|stack| stack.last());
-		for (_, cursor) in &mut self.cursors {
-			if cursor.sees(path, Some(route)) {
-				wakes.append(cursor.push(path, entry));
-			}
-		}
-		wakes
-	}
-
-	/// Tells the cursors that see `old`'s route that it went, and those that see the path's new
-	/// active route (if any) that it came.
-	fn replaced(&mut self, path: &Path, old: &Route) -> Wakes {
+	/// Tells the cursors that saw the path's `old` active route (if there was one) that it went,
+	/// and those that see its new active route (if any) that it came.
+	fn replaced(&mut self, path: &Path, old: Option<&Route>) -> Wakes {
 		let active = self.broadcasts.get(path).and_then(|stack| stack.last());
 		let new_route = active.map(|announced| announced.route.clone());
 		let mut wakes = Wakes::none();
 		for (_, cursor) in &mut self.cursors {
-			let saw_old = cursor.sees(path, Some(old));
+			let saw_old = old.is_some_and(|old| cursor.sees(path, Some(old)));
 			let sees_new = new_route.as_ref().is_some_and(|route| cursor.sees(path, Some(route)));
 			if saw_old && !sees_new {
 				wakes.append(cursor.push(path, None));
@@ -393,15 +380,11 @@ impl OriginProducer {
 				.map(|announced| announced.route.clone());
 			state.broadcasts.entry(path.clone()).or_default().push(Announced {
 				broadcast,
-				route: route.clone(),
+				route,
 				serial,
 			});
-			let wakes = match previous {
-				// A replacement: cursors see the old one go, then the new one come.
-				Some(old) => state.replaced(&path, &old),
-				None => state.notify(&path, &route),
-			};
-			(serial, wakes)
+			// A replacement: cursors see the old one go, then the new one come.
+			(serial, state.replaced(&path, previous.as_ref()))
 		};
 		drop(wakes);
 		Ok(Publication {
@@ -452,7 +435,7 @@ impl Drop for Publication {
 				state.broadcasts.remove(&self.path);
 			}
 			match was_active {
-				true => state.replaced(&self.path, &old.route),
+				true => state.replaced(&self.path, Some(&old.route)),
 				false => Wakes::none(),
 			}
 		};

@@ -222,15 +222,18 @@ impl TrackState {
 		}
 	}
 
-	/// Pool pressure: while the pool is over budget (or, with `room`, cannot take `room` more
-	/// bytes), evict this track's stalest non-latest group among the oldest few, never the group
-	/// with sequence `keep` (the one being written).
-	fn relieve(&mut self, evicted: &mut Vec<(GroupRef, Error)>, room: u64, keep: Option<u64>) {
+	/// Pool pressure: while the pool cannot take `room` more bytes, evict this track's stalest
+	/// non-latest group among the oldest few, never the group with sequence `keep` (the one being
+	/// written). Nothing is evicted for what could never fit.
+	fn relieve(&mut self, evicted: &mut Vec<(GroupRef, Error)>, room: u64, keep: u64) {
 		let Some(pool) = self.pool.clone() else {
 			return;
 		};
-		let keep = keep.and_then(|sequence| self.by_sequence.get(&sequence).copied());
-		while pool.is_over() || (room > 0 && !pool.has_room(room)) {
+		if !pool.could_fit(room) {
+			return;
+		}
+		let keep = self.by_sequence.get(&keep).copied();
+		while !pool.has_room(room) {
 			let stalest = (self.base..self.base + self.arrival.len() as u64)
 				.filter(|&arrival| Some(arrival) != self.latest && Some(arrival) != keep)
 				.filter_map(|arrival| Some((self.cached(arrival)?.accessed, arrival)))
@@ -239,7 +242,7 @@ impl TrackState {
 			let Some((_, arrival)) = stalest else {
 				break;
 			};
-			// The pool is released under the group's lock at once, so `is_over` sees it.
+			// The pool is released under the group's lock at once, so `has_room` sees it.
 			let index = (arrival - self.base) as usize;
 			if let Some(cached) = &self.arrival[index] {
 				cached.group.lock().release_pool();
@@ -278,13 +281,7 @@ impl TrackState {
 /// groups (a full pool refuses a frame otherwise).
 pub(crate) fn relieve_for(track: &Lock<TrackState>, sequence: u64, room: u64) {
 	let mut evicted = Vec::new();
-	{
-		let mut state = track.lock();
-		// Evicting cannot make room for what could never fit: keep the cache.
-		if state.pool.as_ref().is_some_and(|pool| pool.could_fit(room)) {
-			state.relieve(&mut evicted, room, Some(sequence));
-		}
-	}
+	track.lock().relieve(&mut evicted, room, sequence);
 	abort_all(evicted);
 }
 
@@ -380,7 +377,8 @@ impl TrackProducer {
 	}
 
 	/// Creates group `sequence` and offers it to every cursor at once (frames stream as they are
-	/// written). Runs the bounded expiry and pool-eviction passes first.
+	/// written). Runs the bounded expiry pass after the insert (pool pressure is met when a frame does
+	/// not fit: [`GroupProducer::write_frame`]).
 	pub fn create_group(&self, sequence: u64) -> Result<GroupProducer, Error> {
 		let now = kio::time::now();
 		let mut evicted = Vec::new();
@@ -395,7 +393,6 @@ impl TrackProducer {
 			if state.by_sequence.contains_key(&sequence) {
 				return Err(Error::Duplicate);
 			}
-			state.relieve(&mut evicted, 0, None);
 			let mut producer = GroupProducer::with(sequence, state.group_cap, state.pool.clone());
 			if state.pool.is_some() {
 				producer.track = Some(self.state.clone());

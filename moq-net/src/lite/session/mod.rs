@@ -300,20 +300,16 @@ async fn exchange<T: Transport>(transport: &T, config: &Config) -> Result<PeerSe
 	}
 }
 
-/// The subscriber half's table: subscribe id to the track its groups feed. Ids are issued in
-/// order, so one below the next id that is not live was issued and cancelled: a late group stream
-/// for it is stopped, not fatal (and no set of retired ids grows with the session's age).
-#[derive(Default)]
-struct Subscriptions {
-	live: HashMap<u64, TrackProducer>,
-}
-
 struct Inner<T: Transport> {
 	transport: T,
 	config: Config,
 	peer: PeerSetup,
 	tasks: RefCell<Vec<JoinHandle<()>>>,
-	subscriptions: RefCell<Subscriptions>,
+	/// The subscriber half's live subscriptions: subscribe id to the track its groups feed. Ids
+	/// are issued in order, so one below `next_subscribe_id` that is not live was issued and
+	/// cancelled: a late group stream for it is stopped, not fatal (and no set of retired ids grows
+	/// with the session's age).
+	subscriptions: RefCell<HashMap<u64, TrackProducer>>,
 	next_subscribe_id: Cell<u64>,
 	/// Subscribe ids of the peer's SUBSCRIBEs open toward our publisher half (a second SUBSCRIBE
 	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].
@@ -358,7 +354,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		config,
 		peer,
 		tasks: RefCell::new(Vec::new()),
-		subscriptions: RefCell::new(Subscriptions::default()),
+		subscriptions: RefCell::new(HashMap::new()),
 		next_subscribe_id: Cell::new(0),
 		served: RefCell::new(HashSet::new()),
 	});

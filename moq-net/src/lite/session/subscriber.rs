@@ -237,7 +237,7 @@ struct Retire<'a, T: Transport>(&'a Inner<T>, u64);
 
 impl<T: Transport> Drop for Retire<'_, T> {
 	fn drop(&mut self) {
-		self.0.subscriptions.borrow_mut().live.remove(&self.1);
+		self.0.subscriptions.borrow_mut().remove(&self.1);
 	}
 }
 
@@ -251,7 +251,7 @@ async fn subscribe<T: Transport + 'static>(
 ) -> Result<(), SessionError> {
 	let id = inner.next_subscribe_id.get();
 	inner.next_subscribe_id.set(id + 1);
-	inner.subscriptions.borrow_mut().live.insert(id, track.clone());
+	inner.subscriptions.borrow_mut().insert(id, track.clone());
 	let _retire = Retire(inner, id);
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
@@ -356,7 +356,7 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 	let header: GroupHeader = reader.decode().await?.ok_or(SessionError::Decode(DecodeError::Short))?;
 	let track = {
 		let subscriptions = inner.subscriptions.borrow();
-		match subscriptions.live.get(&header.subscribe_id) {
+		match subscriptions.get(&header.subscribe_id) {
 			Some(track) => track.clone(),
 			// A late group of a subscription we cancelled: not the peer's fault.
 			None if header.subscribe_id < inner.next_subscribe_id.get() => {
