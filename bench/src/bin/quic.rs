@@ -55,6 +55,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bench::report::Table;
+use bench::timed::{cpu_time, median_by, settle};
 use bytes::Bytes;
 use kio::sync::Queue;
 use kio::time::Deadline;
@@ -385,10 +386,6 @@ fn local() -> SocketAddr {
 	"127.0.0.1:0".parse().unwrap()
 }
 
-fn cpu_time() -> Duration {
-	kio::process_cpu_time().expect("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)")
-}
-
 /// The system-wide UDP `RcvbufErrors` counter, if `/proc/net/snmp` has it.
 fn rcvbuf_errors() -> Option<u64> {
 	let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
@@ -396,18 +393,6 @@ fn rcvbuf_errors() -> Option<u64> {
 	let (names, values) = (udp.next()?, udp.next()?);
 	let column = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
 	values.split_whitespace().nth(column)?.parse().ok()
-}
-
-/// Waits until every other worker is parked, so the counters each publishes at the end of a
-/// loop turn are those of its last turn.
-async fn settle(rt: &Runtime) {
-	let deadline = kio::time::now() + Duration::from_secs(5);
-	for index in 1..rt.workers() {
-		let monitor = rt.monitor(index).unwrap();
-		while !monitor.is_parked() && kio::time::now() < deadline {
-			kio::yield_now().await;
-		}
-	}
 }
 
 /// `io_uring_enter` calls of worker 0 (this one) and of worker 1, if there is one.
@@ -616,12 +601,6 @@ fn run(cert: &Certificate, placement: Placement, variant: Variant, options: Opti
 	result
 }
 
-/// The repeat with the median goodput.
-fn median(mut runs: Vec<Run>) -> Run {
-	runs.sort_by(|a, b| a.goodput().total_cmp(&b.goodput()));
-	runs.swap_remove(runs.len() / 2)
-}
-
 fn load() -> String {
 	std::fs::read_to_string("/proc/loadavg")
 		.map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -757,7 +736,7 @@ fn main() {
 				.filter(|r| r.placement == placement && r.variant == variant)
 				.copied()
 				.collect();
-			medians.push(median(runs));
+			medians.push(median_by(runs, Run::goodput));
 		}
 	}
 	all.sort_by_key(|r| {

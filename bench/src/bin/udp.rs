@@ -34,6 +34,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bench::report::Table;
+use bench::timed::{cpu_time, median_by, settle};
 use kio::net::{Transmit, UdpConfig, UdpSocket};
 use kio::time::Deadline;
 use kio::{Builder, Runtime};
@@ -83,11 +84,6 @@ impl Measure {
 	fn enters_per_datagram(&self) -> Option<f64> {
 		self.enters.map(|e| e as f64 / self.datagrams as f64)
 	}
-}
-
-/// User + system CPU time of the whole process, every thread (living or exited).
-fn cpu_time() -> Duration {
-	kio::process_cpu_time().expect("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)")
 }
 
 /// A blocking std socket with a 4 MiB receive buffer (std cannot size it; kio sets it up, with
@@ -247,18 +243,6 @@ fn config() -> UdpConfig {
 		.max_payload(PAYLOAD)
 }
 
-/// Waits until every other worker is parked, so the counters each publishes at the end of a
-/// turn are those of its last turn.
-async fn settle(rt: &Runtime) {
-	let deadline = kio::time::now() + Duration::from_secs(5);
-	for index in 1..rt.workers() {
-		let monitor = rt.monitor(index).unwrap();
-		while !monitor.is_parked() && kio::time::now() < deadline {
-			kio::yield_now().await;
-		}
-	}
-}
-
 /// `io_uring_enter` calls of every worker so far.
 fn enters(rt: &Runtime) -> u64 {
 	kio::stats().ring.enters + (1..rt.workers()).map(|i| rt.stats(i).ring.enters).sum::<u64>()
@@ -392,12 +376,6 @@ fn kio_ping_pong(n: u64, placement: Placement) -> Measure {
 	measure
 }
 
-/// The repeat with the median datagrams per CPU-second.
-fn median(mut runs: Vec<Measure>) -> Measure {
-	runs.sort_by(|a, b| a.per_cpu_second().total_cmp(&b.per_cpu_second()));
-	runs.swap_remove(runs.len() / 2)
-}
-
 fn rows(measures: &[Measure]) -> Vec<Vec<String>> {
 	measures
 		.iter()
@@ -442,7 +420,7 @@ fn main() {
 			repeats: REPEATS,
 		}
 	};
-	let runs = |f: &dyn Fn() -> Measure| median((0..scale.repeats).map(|_| f()).collect());
+	let runs = |f: &dyn Fn() -> Measure| median_by((0..scale.repeats).map(|_| f()).collect(), Measure::per_cpu_second);
 	let mut rows = Vec::new();
 	let mut ratios = Vec::new();
 	for placement in [Placement::Spread, Placement::Shared] {
