@@ -39,19 +39,9 @@ async fn metric(relay: &Relay, name: &str) -> u64 {
 	metric_at(relay.bound.http.unwrap(), name).await
 }
 
-/// Waits until `metric(name)` satisfies `ok`, polling the relay's metrics: a bound on a state the
-/// relay reaches, not a sleep in place of a signal.
+/// Waits until `metric(name)` satisfies `ok` (see [`metric_until_at`]).
 async fn metric_until(relay: &Relay, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
-	within(LIMIT, name, async {
-		loop {
-			let value = metric(relay, name).await;
-			if ok(value) {
-				return value;
-			}
-			kio::time::sleep(Duration::from_millis(20)).await;
-		}
-	})
-	.await
+	metric_until_at(LIMIT, relay.bound.http.unwrap(), name, ok).await
 }
 
 fn subscribe_bytes(id: u64, broadcast: &str, track: &str, start: Option<u64>) -> Bytes {

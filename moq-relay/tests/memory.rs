@@ -40,19 +40,9 @@ fn grew(what: &str, base: u64, held: u64) -> u64 {
 	grown
 }
 
-/// Waits until the relay's metric `name` satisfies `ok` (polling `/metrics`: a bound on a state
-/// the relay reaches, not a sleep standing in for a signal).
+/// Waits until the relay's metric `name` satisfies `ok` (see [`metric_until_at`]).
 async fn until(relay: &Running, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
-	within(LIMIT, name, async {
-		loop {
-			let value = metric_at(relay.http, name).await;
-			if ok(value) {
-				return value;
-			}
-			kio::time::sleep(Duration::from_millis(20)).await;
-		}
-	})
-	.await
+	metric_until_at(LIMIT, relay.http, name, ok).await
 }
 
 /// RSS once it has settled: two readings 100 ms apart that agree within 64 KiB.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{RELAY, Running, lines, within};
+use common::{RELAY, Running, lines, spawn_relay, within};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -37,13 +37,7 @@ fn exit_within(child: &mut Child, limit: Duration) -> ExitStatus {
 /// Runs the relay with `args` to its exit (within [`LIMIT`]): status, stdout, stderr. The
 /// output must fit the pipes' buffers, which is all these runs print.
 fn run(args: &[&str]) -> (ExitStatus, String, String) {
-	let mut child = Command::new(RELAY)
-		.args(args)
-		.stdin(Stdio::null())
-		.stdout(Stdio::piped())
-		.stderr(Stdio::piped())
-		.spawn()
-		.expect("starting the relay");
+	let mut child = spawn_relay(args);
 	let status = exit_within(&mut child, LIMIT);
 	let mut stdout = String::new();
 	let mut stderr = String::new();

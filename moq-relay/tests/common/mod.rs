@@ -299,6 +299,17 @@ pub(crate) fn lines(read: impl Read + Send + 'static) -> mpsc::Receiver<String> 
 /// The relay binary cargo built for these tests.
 pub(crate) const RELAY: &str = env!("CARGO_BIN_EXE_moq-relay");
 
+/// Starts the relay binary with `args`, stdin closed and stdout and stderr piped to the test.
+pub(crate) fn spawn_relay(args: &[&str]) -> Child {
+	Command::new(RELAY)
+		.args(args)
+		.stdin(Stdio::null())
+		.stdout(Stdio::piped())
+		.stderr(Stdio::piped())
+		.spawn()
+		.expect("starting the relay")
+}
+
 /// How long a relay process gets to start.
 const PROCESS_LIMIT: Duration = Duration::from_secs(10);
 
@@ -318,15 +329,8 @@ impl Running {
 
 	/// With `args` after the defaults above.
 	pub(crate) fn start_with(args: &[&str]) -> Self {
-		let mut child = Command::new(RELAY)
-			.args(["--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"])
-			.args(["--shutdown-timeout", "2s"])
-			.args(args)
-			.stdin(Stdio::null())
-			.stdout(Stdio::piped())
-			.stderr(Stdio::piped())
-			.spawn()
-			.expect("starting the relay");
+		let defaults = ["--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"];
+		let mut child = spawn_relay(&[&defaults[..], &["--shutdown-timeout", "2s"], args].concat());
 		let rx = lines(child.stdout.take().unwrap());
 		// Read to its end all along, so the relay never writes into a full or closed pipe.
 		let mut stderr = child.stderr.take().unwrap();
@@ -404,6 +408,21 @@ pub(crate) async fn metric_at(http: SocketAddr, name: &str) -> u64 {
 	body.lines()
 		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 		.unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+/// Waits (at most `limit`) until the metric `name` at `http` satisfies `ok`, polling `/metrics`:
+/// a bound on a state the relay reaches, not a sleep standing in for a signal.
+pub(crate) async fn metric_until_at(limit: Duration, http: SocketAddr, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+	within(limit, name, async {
+		loop {
+			let value = metric_at(http, name).await;
+			if ok(value) {
+				return value;
+			}
+			kio::time::sleep(Duration::from_millis(20)).await;
+		}
+	})
+	.await
 }
 
 /// Opens `count` bidirectional streams on `conn`, each an ANNOUNCE_REQUEST that declares 60,000
