@@ -36,7 +36,7 @@ use tracing::{debug, info, warn};
 use crate::auth::Auth;
 use crate::config::{Config, Tls};
 use crate::http::{self, Routes};
-use crate::limits::{Limits, escaped};
+use crate::limits::Limits;
 use crate::metrics::{Kind, Prom};
 use crate::race::{Either, race};
 
@@ -559,8 +559,32 @@ fn render_metrics(shared: &Shared) -> String {
 	prom.finish()
 }
 
+/// `text` as a log field: peer-supplied strings are escaped (control characters, quotes and
+/// non-ASCII as Rust escapes, cut at 256 characters), so a path with a newline cannot forge a log
+/// line.
+fn escaped(text: &str) -> String {
+	let mut out: String = text.chars().take(256).flat_map(char::escape_default).collect();
+	if text.chars().count() > 256 {
+		out.push('…');
+	}
+	out
+}
+
 #[cfg(test)]
 mod tests {
+	use super::escaped;
+
+	#[test]
+	fn peer_strings_cannot_forge_log_lines() {
+		let forged = "/live\n2026-12-01T00:00:00Z  INFO moq_relay: admin logged in";
+		let line = escaped(forged);
+		assert!(!line.contains('\n'));
+		assert!(line.starts_with("/live\\n2026"));
+		assert_eq!(escaped("/a?jwt=x"), "/a?jwt=x");
+		assert_eq!(escaped(&"x".repeat(1000)).chars().count(), 257);
+		assert_eq!(escaped("\u{1b}[31m"), "\\u{1b}[31m");
+	}
+
 	#[test]
 	fn relay_ids_fit_a_javascript_number() {
 		for _ in 0..1000 {
