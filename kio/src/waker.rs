@@ -66,6 +66,21 @@ pub(crate) struct SharedStats {
 	pub(crate) completions: AtomicU64,
 }
 
+impl SharedStats {
+	fn reset(&self) {
+		for counter in [
+			&self.turns,
+			&self.polls,
+			&self.parks,
+			&self.enters,
+			&self.submissions,
+			&self.completions,
+		] {
+			counter.store(0, Ordering::Relaxed);
+		}
+	}
+}
+
 /// The part of a worker that other threads may touch.
 pub(crate) struct WorkerShared {
 	keys: Box<[OnceLock<Box<[AtomicU64]>>]>,
@@ -106,6 +121,10 @@ pub(crate) fn acquire_worker(eventfd: i32) -> Option<(u32, &'static WorkerShared
 			stats: SharedStats::default(),
 		}))
 	});
+	// The counters published are the new holder's: a reused record must not show the last
+	// holder's until the new worker's first turn ends (a benchmark reading them across that
+	// first park saw its counters go down).
+	shared.stats.reset();
 	let mut inbox = shared.inbox.lock().unwrap();
 	inbox.alive = true;
 	inbox.eventfd = eventfd;
@@ -342,6 +361,18 @@ mod tests {
 		assert!(a.will_wake(&a.clone()));
 		assert!(!a.will_wake(&task_waker(3, 12345, 78)));
 		assert_eq!(task_of(&Waker::noop().clone()), None);
+	}
+
+	#[test]
+	fn a_reused_worker_record_starts_with_zero_counters() {
+		for _ in 0..2 {
+			let (id, shared) = acquire_worker(-1).unwrap();
+			assert_eq!(shared.stats.enters.load(Ordering::Relaxed), 0);
+			assert_eq!(shared.stats.turns.load(Ordering::Relaxed), 0);
+			shared.stats.enters.store(120_000, Ordering::Relaxed);
+			shared.stats.turns.store(7, Ordering::Relaxed);
+			drop(release_worker(id, shared));
+		}
 	}
 
 	#[test]
