@@ -7,10 +7,11 @@
 //!   (the partial-bytes budget and the receive window are what bound it), then an announcement
 //!   flood up to its budget.
 //!
-//! Each figure is printed (`cargo test -p moq-relay --release --test memory -- --nocapture`) and
-//! checked against a bound well above what was measured and well below what the same attack held
-//! before the budgets (see the relay's README for both). Resident memory moves in allocator-sized
-//! steps, so only large counts give per-connection figures worth stating.
+//! Each figure is printed (`cargo test -p moq-relay --test memory -- --nocapture`) and checked
+//! against a bound well above what was measured and well below what the same attack held before
+//! the budgets (see the relay's README for both); the ignored `save_results` is the harness that
+//! writes `bench/results/relay-memory.md`. Resident memory moves in allocator-sized steps, so only
+//! large counts give per-connection figures worth stating.
 
 mod common;
 
