@@ -1,0 +1,737 @@
+//! The relay benchmark: loads one or more relays with the same shapes over loopback QUIC,
+//! alternating them round by round, and reports what each delivered frame cost each relay.
+//!
+//! ```text
+//! cargo run --release -p bench --bin relay -- --save                 # our relay (built first): results/relay.{md,json,svg}
+//! cargo run --release -p bench --bin relay -- --rev HEAD~1 --save     # the tree and HEAD~1's relay side by side
+//! cargo run --release -p bench --bin relay -- --relay a='target/release/moq-relay --listen 127.0.0.1:{port} --no-http' \
+//!     --relay b='target/release/moq-relay --listen 127.0.0.1:{port} --no-http'   # A/A: the noise band
+//! cargo run --release -p bench --bin relay -- --callgrind --save      # user-space instructions per frame: results/relay-callgrind.md
+//! ```
+//!
+//! Each measurement starts the relay command afresh (`{port}` replaced by a free UDP port), waits
+//! for its socket, reads its resident set, runs the load generator (`bench::load`) in this process
+//! and samples the relay at the start and the end of the steady window:
+//!
+//! - **CPU per delivered frame**: the relay's utime + stime (`/proc/PID/stat`, clock ticks,
+//!   every thread) over the window, divided by the frames subscribers read in the same interval
+//!   (the load generator's live counter, read at the same moments).
+//! - **instructions per delivered frame** (`--callgrind`): the relay runs under
+//!   `valgrind --tool=callgrind --instr-atstart=no`; instrumentation is switched on at the
+//!   window's start (`callgrind_control -i on`) and the counts dumped at its end
+//!   (`callgrind_control -d`): exact user-space instructions of every relay thread over the
+//!   window, divided by the frames read meanwhile (the mean of the counter read before and after
+//!   each control call). The dump's top functions (inclusive) are printed and saved.
+//! - **memory**: resident set (`VmRSS`) before any client and at the window's end, the peak
+//!   (`VmHWM`), and (end − before) / connections. Not measured under callgrind (valgrind's own
+//!   memory dominates).
+//! - **latency, loss, reconnects**: the load generator's report (see `bench/src/load.rs`).
+//!
+//! Figures are medians over the rounds (`--rounds`); `spread` is (max − min) / median of CPU or
+//! instructions per frame over the rounds; `ratio` is to the first relay given. Two relays with
+//! the same command (an A/A run) show the noise band of the machine.
+
+#![forbid(unsafe_code)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bench::counter::median;
+use bench::load::{self, Event, Live, LoadOptions, Report, Shape, Target};
+use bench::report::Table;
+use clap::Parser;
+use moq_quic::Verification;
+use moq_relay::client::Url;
+
+/// Load one or more relays with the same publishers and subscribers over loopback QUIC,
+/// alternating them over rounds, and report for each: relay CPU (or, with --callgrind,
+/// user-space instructions) per delivered frame, resident memory, latency, loss, and the ratio
+/// to the first relay.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+	/// A relay to measure, NAME=COMMAND; `{port}` in COMMAND is replaced by the UDP port to serve
+	/// on (127.0.0.1), e.g. --relay mine='target/release/moq-relay --listen 127.0.0.1:{port}
+	/// --no-http'. Any moq-lite-05 relay on raw QUIC will do. Repeat to compare; with neither
+	/// --relay nor --rev, this tree's relay (built first).
+	#[arg(long = "relay", value_name = "NAME=COMMAND")]
+	relays: Vec<String>,
+	/// Also measure this tree's relay at a git revision, built in a worktree beside the tree
+	/// (../TREE-bench-SHA, which keeps its build cache). Repeatable. This tree's relay comes first.
+	#[arg(long = "rev", value_name = "REV")]
+	revs: Vec<String>,
+	/// Shapes to run, in order (see `moq-load --help`): fanout:N, fanout:BxN, chat:N,
+	/// many:B/WxN. Default: fanout:1x100, fanout:1x400 and chat:20 (with --callgrind, fanout:1x100).
+	#[arg(long = "shape", value_parser = Shape::parse)]
+	shapes: Vec<Shape>,
+	/// Measurements of each relay per shape, alternated with the other relays'.
+	#[arg(long, default_value_t = 3)]
+	rounds: usize,
+	/// Run the relays under callgrind and count user-space instructions per delivered frame
+	/// (exact; valgrind runs the relay about 50 times slower, so keep the load low: --fps 5).
+	#[arg(long)]
+	callgrind: bool,
+	/// Write bench/results/relay.{md,json,svg} (relay-callgrind.{md,json} with --callgrind).
+	#[arg(long)]
+	save: bool,
+	#[command(flatten)]
+	load: LoadOptions,
+}
+
+/// A relay to run.
+#[derive(Clone, Debug)]
+struct Relay {
+	name: String,
+	command: String,
+}
+
+/// One measurement of one relay.
+#[derive(Clone, Debug)]
+struct Measurement {
+	report: Report,
+	/// Relay CPU seconds per frame read in the window, in µs.
+	cpu_us_per_frame: f64,
+	/// User-space instructions per frame read in the window (callgrind).
+	instructions_per_frame: Option<f64>,
+	/// The callgrind dump's top functions, inclusive.
+	top: Option<String>,
+	base_rss: u64,
+	steady_rss: u64,
+	peak_rss: u64,
+}
+
+fn main() -> ExitCode {
+	let args = Args::parse();
+	match run(args) {
+		Ok(()) => ExitCode::SUCCESS,
+		Err(err) => {
+			eprintln!("relay bench: {err:#}");
+			ExitCode::FAILURE
+		}
+	}
+}
+
+fn run(mut args: Args) -> anyhow::Result<()> {
+	let top = workspace();
+	let mut relays = Vec::new();
+	if args.relays.is_empty() || !args.revs.is_empty() {
+		let sha = git(&top, &["rev-parse", "--short", "HEAD"])?;
+		let dirty = if git(&top, &["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
+			""
+		} else {
+			"+dirty"
+		};
+		relays.push(Relay {
+			name: format!("current ({sha}{dirty})"),
+			command: relay_command(&build_relay(&top, &top.join("target"))?, args.callgrind),
+		});
+	}
+	for rev in &args.revs {
+		let sha = git(&top, &["rev-parse", "--short", &format!("{rev}^{{commit}}")])?;
+		let name = top.file_name().and_then(|n| n.to_str()).unwrap_or("tree");
+		let tree = top.with_file_name(format!("{name}-bench-{sha}"));
+		if !tree.exists() {
+			git(
+				&top,
+				&[
+					"worktree",
+					"add",
+					"--detach",
+					"--quiet",
+					&tree.display().to_string(),
+					&sha,
+				],
+			)?;
+		}
+		relays.push(Relay {
+			name: format!("{rev} ({sha})"),
+			command: relay_command(&build_relay(&tree, &tree.join("target"))?, args.callgrind),
+		});
+	}
+	for text in &args.relays {
+		let (name, command) = text
+			.split_once('=')
+			.with_context(|| format!("{text:?}: not NAME=COMMAND"))?;
+		if !command.contains("{port}") {
+			bail!("{name}: the command has no {{port}}");
+		}
+		relays.push(Relay {
+			name: name.to_owned(),
+			command: command.to_owned(),
+		});
+	}
+	if args.shapes.is_empty() {
+		args.shapes = if args.callgrind {
+			vec![Shape::parse("fanout:1x100").expect("valid")]
+		} else {
+			["fanout:1x100", "fanout:1x400", "chat:20"]
+				.iter()
+				.map(|s| Shape::parse(s).expect("valid"))
+				.collect()
+		};
+	}
+	if args.callgrind && !bench::counter::valgrind_available() {
+		bail!("--callgrind needs valgrind (apt-get install valgrind)");
+	}
+	let scratch = std::env::temp_dir().join(format!("relay-bench-{}", std::process::id()));
+	std::fs::create_dir_all(&scratch)?;
+
+	// results[shape][relay] = every round's measurement.
+	let mut results: Vec<Vec<Vec<Measurement>>> = vec![vec![Vec::new(); relays.len()]; args.shapes.len()];
+	for (s, shape) in args.shapes.iter().enumerate() {
+		for round in 0..args.rounds.max(1) {
+			for (r, relay) in relays.iter().enumerate() {
+				eprintln!(
+					"relay bench: {} round {}/{}: {}",
+					shape.label(),
+					round + 1,
+					args.rounds,
+					relay.name
+				);
+				let measured = measure(relay, shape, &args, &scratch)
+					.with_context(|| format!("{} on {}", shape.label(), relay.name))?;
+				eprintln!("  {}", line(&measured));
+				results[s][r].push(measured);
+			}
+		}
+	}
+	let _ = std::fs::remove_dir_all(&scratch);
+
+	let table = table(&args, &relays, &results);
+	println!("{}", table.markdown(&bench::report::revision()));
+	if args.save {
+		table.save()?;
+		if !args.callgrind {
+			let svg = plot(&args.shapes, &relays, &results);
+			std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("results/relay.svg"), svg)?;
+		}
+	}
+	Ok(())
+}
+
+/// One line per measurement, for the log.
+fn line(m: &Measurement) -> String {
+	let cost = match m.instructions_per_frame {
+		Some(instructions) => format!("{instructions:.0} instructions/frame"),
+		None => format!(
+			"{:.2} µs CPU/frame, RSS {:.1} MiB",
+			m.cpu_us_per_frame,
+			m.steady_rss as f64 / 1048576.0
+		),
+	};
+	format!("{cost}; {}", m.report.summary())
+}
+
+/// The workspace's top directory.
+fn workspace() -> PathBuf {
+	Path::new(env!("CARGO_MANIFEST_DIR"))
+		.parent()
+		.expect("bench is in the workspace")
+		.to_owned()
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+	let out = Command::new("git")
+		.current_dir(dir)
+		.args(args)
+		.output()
+		.context("running git")?;
+	if !out.status.success() {
+		bail!(
+			"git {}: {}",
+			args.join(" "),
+			String::from_utf8_lossy(&out.stderr).trim()
+		);
+	}
+	Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Builds the relay of the tree at `dir` (release); its binary.
+fn build_relay(dir: &Path, target: &Path) -> anyhow::Result<PathBuf> {
+	eprintln!("relay bench: building the relay in {}", dir.display());
+	let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+		.current_dir(dir)
+		.env("CARGO_TARGET_DIR", target)
+		.args(["build", "--release", "--quiet", "-p", "moq-relay", "--bin", "moq-relay"])
+		.status()
+		.context("running cargo")?;
+	if !status.success() {
+		bail!("building the relay in {} failed", dir.display());
+	}
+	Ok(target.join("release/moq-relay"))
+}
+
+/// Our relay's command: loopback, no HTTP, warnings only, every other setting its default. Under
+/// callgrind, one worker: valgrind (3.19) does not count `io_uring_enter` among the syscalls that
+/// may block, so a worker parked in it keeps valgrind's global lock and a second worker never runs
+/// again (the process hangs at start-up). Instructions per frame do not depend on the worker count
+/// the way CPU time does.
+fn relay_command(binary: &Path, callgrind: bool) -> String {
+	let workers = if callgrind { " --workers 1" } else { "" };
+	format!(
+		"{} --listen 127.0.0.1:{{port}} --no-http --log-level warn{workers}",
+		binary.display()
+	)
+}
+
+/// Starts `relay`, loads it with `shape`, samples it, stops it.
+fn measure(relay: &Relay, shape: &Shape, args: &Args, scratch: &Path) -> anyhow::Result<Measurement> {
+	let port = free_udp_port()?;
+	let command = relay.command.replace("{port}", &port.to_string());
+	let command = if args.callgrind {
+		format!(
+			"valgrind --tool=callgrind --quiet --instr-atstart=no --callgrind-out-file={}/callgrind.%p {command}",
+			scratch.display()
+		)
+	} else {
+		command
+	};
+	let log = scratch.join("relay.log");
+	let mut child = Command::new("sh")
+		.arg("-c")
+		.arg(format!("exec {command}"))
+		.stdin(Stdio::null())
+		.stdout(std::fs::File::create(&log)?)
+		.stderr(std::fs::File::create(scratch.join("relay.err"))?)
+		.spawn()
+		.with_context(|| format!("starting {command}"))?;
+	let result = measure_running(&mut child, port, shape, args, scratch);
+	let _ = child.kill();
+	let _ = child.wait();
+	result.map_err(|err| {
+		let stderr = std::fs::read_to_string(scratch.join("relay.err")).unwrap_or_default();
+		let tail: Vec<&str> = stderr.lines().rev().take(10).collect();
+		let tail: Vec<&str> = tail.into_iter().rev().collect();
+		err.context(format!("the relay's stderr ends:\n{}", tail.join("\n")))
+	})
+}
+
+fn measure_running(
+	child: &mut Child,
+	port: u16,
+	shape: &Shape,
+	args: &Args,
+	scratch: &Path,
+) -> anyhow::Result<Measurement> {
+	let pid = child.id();
+	let ready_by = Instant::now() + Duration::from_secs(60);
+	while !udp_port_bound(port) {
+		if let Some(status) = child.try_wait()? {
+			bail!("the relay exited before serving: {status}");
+		}
+		if Instant::now() > ready_by {
+			bail!("the relay did not bind udp port {port} in 60 s");
+		}
+		std::thread::sleep(Duration::from_millis(20));
+	}
+	let base_rss = status_kib(pid, "VmRSS:")? * 1024;
+	let target = Target {
+		addr: format!("127.0.0.1:{port}").parse().expect("an address"),
+		url: Url::parse(&format!("moqt://localhost:{port}/bench"))?,
+		verification: Verification::Disabled,
+	};
+	let plan = args.load.plan(shape.clone(), false);
+	let live = Arc::new(Live::default());
+	let (events, heard) = mpsc::channel();
+	let generator = {
+		let live = live.clone();
+		std::thread::spawn(move || load::run(&plan, &target, live, Some(events)))
+	};
+	let tick = clock_ticks_per_second();
+	let delivered = || live.delivered.load(Relaxed);
+	let mut start = (0.0, 0u64);
+	let mut end = (0.0, 0u64);
+	let mut instructions = None;
+	let mut top = None;
+	let mut steady_rss = 0;
+	let control = |what: &[&str]| -> anyhow::Result<()> {
+		let out = Command::new("callgrind_control")
+			.args(what)
+			.arg(pid.to_string())
+			.output()
+			.context("running callgrind_control")?;
+		if !out.status.success() {
+			bail!(
+				"callgrind_control {}: {}",
+				what.join(" "),
+				String::from_utf8_lossy(&out.stderr)
+			);
+		}
+		Ok(())
+	};
+	for event in heard {
+		match event {
+			Event::Ramped => {}
+			Event::SteadyStart => {
+				if args.callgrind {
+					let before = delivered();
+					control(&["-i", "on"])?;
+					start = (0.0, (before + delivered()) / 2);
+				} else {
+					start = (cpu_seconds(pid, tick)?, delivered());
+				}
+			}
+			Event::SteadyEnd => {
+				if args.callgrind {
+					let before = delivered();
+					control(&["-d"])?;
+					end = (0.0, (before + delivered()) / 2);
+					let dump = std::fs::read_dir(scratch)?
+						.filter_map(Result::ok)
+						.map(|entry| entry.path())
+						.find(|path| {
+							path.file_name()
+								.and_then(|n| n.to_str())
+								.is_some_and(|n| n.starts_with(&format!("callgrind.{pid}.")))
+						})
+						.context("no callgrind dump")?;
+					let text = std::fs::read_to_string(&dump)?;
+					instructions =
+						Some(bench::counter::parse_callgrind_total(&text).context("no totals in the callgrind dump")?);
+					top = Some(top_functions(&dump)?);
+					std::fs::remove_file(&dump)?;
+				} else {
+					end = (cpu_seconds(pid, tick)?, delivered());
+					steady_rss = status_kib(pid, "VmRSS:")? * 1024;
+				}
+			}
+		}
+	}
+	let report = generator.join().expect("the load generator does not panic")?;
+	let peak_rss = status_kib(pid, "VmHWM:")? * 1024;
+	let frames = end.1.saturating_sub(start.1).max(1) as f64;
+	Ok(Measurement {
+		cpu_us_per_frame: (end.0 - start.0) * 1e6 / frames,
+		instructions_per_frame: instructions.map(|total| total as f64 / frames),
+		top,
+		report,
+		base_rss,
+		steady_rss,
+		peak_rss,
+	})
+}
+
+/// The top functions of a callgrind dump by inclusive instructions (`callgrind_annotate`).
+fn top_functions(dump: &Path) -> anyhow::Result<String> {
+	let out = Command::new("callgrind_annotate")
+		.args(["--inclusive=yes", "--threshold=100"])
+		.arg(dump)
+		.output()
+		.context("running callgrind_annotate")?;
+	let text = String::from_utf8_lossy(&out.stdout);
+	// The function lines follow the `Ir ... file:function` header; keep the first 25.
+	let lines: Vec<&str> = text
+		.lines()
+		.skip_while(|l| !l.contains("file:function"))
+		.skip(2)
+		.filter(|l| !l.trim().is_empty())
+		.take(25)
+		.collect();
+	Ok(lines.join("\n"))
+}
+
+/// A UDP port nothing is bound to on 127.0.0.1 right now.
+fn free_udp_port() -> anyhow::Result<u16> {
+	let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+	Ok(socket.local_addr()?.port())
+}
+
+/// Whether some socket is bound to UDP `port` (`/proc/net/udp`, `/proc/net/udp6`).
+fn udp_port_bound(port: u16) -> bool {
+	let hex = format!(":{port:04X}");
+	["/proc/net/udp", "/proc/net/udp6"].iter().any(|file| {
+		std::fs::read_to_string(file).is_ok_and(|text| {
+			text.lines()
+				.skip(1)
+				.any(|l| l.split_whitespace().nth(1).is_some_and(|local| local.ends_with(&hex)))
+		})
+	})
+}
+
+/// utime + stime of `pid` (every thread), in seconds.
+fn cpu_seconds(pid: u32, ticks_per_second: f64) -> anyhow::Result<f64> {
+	let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+	// Fields after the command name (which may hold spaces): state is the 3rd field, utime the
+	// 14th, stime the 15th.
+	let rest = stat.rsplit_once(')').context("odd /proc/PID/stat")?.1;
+	let fields: Vec<&str> = rest.split_whitespace().collect();
+	let utime: f64 = fields.get(11).context("no utime")?.parse()?;
+	let stime: f64 = fields.get(12).context("no stime")?.parse()?;
+	Ok((utime + stime) / ticks_per_second)
+}
+
+fn clock_ticks_per_second() -> f64 {
+	Command::new("getconf")
+		.arg("CLK_TCK")
+		.output()
+		.ok()
+		.and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+		.unwrap_or(100.0)
+}
+
+/// A `/proc/PID/status` line's value, in KiB.
+fn status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
+	let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+	status
+		.lines()
+		.find_map(|l| l.strip_prefix(key))
+		.and_then(|v| v.split_whitespace().next())
+		.and_then(|v| v.parse().ok())
+		.with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+/// Median and spread ((max − min) / median, %) of `values`.
+fn median_spread(values: &[f64]) -> (f64, f64) {
+	let mut sorted = values.to_vec();
+	let mid = median(&mut sorted);
+	let spread = (sorted[sorted.len() - 1] - sorted[0]) / mid.max(f64::MIN_POSITIVE) * 100.0;
+	(mid, spread)
+}
+
+fn median_of(runs: &[Measurement], key: impl Fn(&Measurement) -> f64) -> f64 {
+	let mut values: Vec<f64> = runs.iter().map(key).collect();
+	median(&mut values)
+}
+
+fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Table {
+	let callgrind = args.callgrind;
+	let mut columns: Vec<String> = vec!["shape".into(), "relay".into()];
+	if callgrind {
+		columns.push("instructions/frame".into());
+	} else {
+		columns.push("µs CPU/frame".into());
+	}
+	for column in [
+		"ratio",
+		"spread %",
+		"frames/s",
+		"p50 µs",
+		"p99 µs",
+		"max µs",
+		"lost",
+		"reconnects",
+	] {
+		columns.push(column.into());
+	}
+	if !callgrind {
+		for column in ["RSS before MiB", "RSS steady MiB", "RSS peak MiB", "KiB/connection"] {
+			columns.push(column.into());
+		}
+	}
+	let mut rows = Vec::new();
+	let mut after = String::new();
+	for (s, shape) in args.shapes.iter().enumerate() {
+		let cost = |runs: &[Measurement]| -> Vec<f64> {
+			runs.iter()
+				.map(|m| m.instructions_per_frame.unwrap_or(m.cpu_us_per_frame))
+				.collect()
+		};
+		let first = median_spread(&cost(&results[s][0])).0;
+		for (r, relay) in relays.iter().enumerate() {
+			let runs = &results[s][r];
+			let (value, spread) = median_spread(&cost(runs));
+			let connections = runs[0].report.connections as f64;
+			let mut row = vec![
+				shape.label(),
+				relay.name.clone(),
+				if callgrind {
+					format!("{value:.0}")
+				} else {
+					format!("{value:.2}")
+				},
+				format!("{:.3}", value / first),
+				format!("{spread:.1}"),
+				format!("{:.0}", median_of(runs, |m| m.report.frames_per_second())),
+				format!("{:.0}", median_of(runs, |m| m.report.latency_p50_us as f64)),
+				format!("{:.0}", median_of(runs, |m| m.report.latency_p99_us as f64)),
+				format!("{:.0}", median_of(runs, |m| m.report.latency_max_us as f64)),
+				runs.iter().map(|m| m.report.lost()).sum::<u64>().to_string(),
+				runs.iter().map(|m| m.report.reconnects).sum::<u64>().to_string(),
+			];
+			if !callgrind {
+				let mib = |bytes: f64| format!("{:.1}", bytes / 1048576.0);
+				row.push(mib(median_of(runs, |m| m.base_rss as f64)));
+				row.push(mib(median_of(runs, |m| m.steady_rss as f64)));
+				row.push(mib(median_of(runs, |m| m.peak_rss as f64)));
+				row.push(format!(
+					"{:.0}",
+					median_of(runs, |m| m.steady_rss.saturating_sub(m.base_rss) as f64) / 1024.0 / connections
+				));
+			}
+			rows.push(row);
+			if let Some(top) = runs.last().and_then(|m| m.top.as_ref()) {
+				let _ = write!(
+					after,
+					"\nTop functions of {} on {}, inclusive (the last round's window, `callgrind_annotate --inclusive=yes`):\n\n```text\n{top}\n```\n",
+					relay.name,
+					shape.label()
+				);
+			}
+		}
+		// A/A: relays with the same command measure the noise band.
+		for (r, relay) in relays.iter().enumerate().skip(1) {
+			if relay.command == relays[0].command {
+				let value = median_spread(&cost(&results[s][r])).0;
+				let _ = writeln!(
+					after,
+					"- A/A on {}: {} and {} run the same command; their medians differ by {:.1}%: the noise band of this run.",
+					shape.label(),
+					relays[0].name,
+					relay.name,
+					(value / first - 1.0).abs() * 100.0
+				);
+			}
+		}
+	}
+	let (name, title, unit, source) = if callgrind {
+		(
+			"relay-callgrind",
+			"The relay under load: user-space instructions per delivered frame",
+			"instructions per delivered frame",
+			"callgrind (exact user-space instructions of every relay thread over the steady window, `callgrind_control -i on` to `-d`)",
+		)
+	} else {
+		(
+			"relay",
+			"The relay under load: CPU, memory and latency per delivered frame",
+			"µs of relay CPU per delivered frame",
+			"task-clock: the relay's utime + stime from /proc/PID/stat over the steady window; resident set from /proc/PID/status; latency measured by the load generator (µs, one monotonic clock)",
+		)
+	};
+	let notes = format!(
+		"Written by `cargo run --release -p bench --bin relay -- {}--save` (`just bench-relay`). Load: \
+		 {} fps of one-frame groups of {} bytes on each live track, {} rounds (alternated), a {:.0} s steady \
+		 window after the ramp and a {:.0} s settle, the load generator on {} kio worker(s) of the same \
+		 machine, each client connection on its own UDP socket over loopback. Figures are medians over the \
+		 rounds; `spread` is (max − min)/median of the cost column; `ratio` is to the first relay; `lost` \
+		 and `reconnects` are summed over the rounds; `KiB/connection` is (steady − before) / connections.\n\n\
+		 Relays:\n\n{}",
+		if callgrind { "--callgrind " } else { "" },
+		args.load.fps,
+		args.load.size,
+		args.rounds,
+		args.load.steady.as_secs_f64(),
+		args.load.settle.as_secs_f64(),
+		args.load.workers,
+		relays
+			.iter()
+			.map(|r| format!(
+				"- {}: `{}`\n",
+				r.name,
+				r.command.replace(&workspace().display().to_string(), ".")
+			))
+			.collect::<String>()
+	);
+	Table {
+		name: name.into(),
+		title: title.into(),
+		unit: unit.into(),
+		source: source.into(),
+		notes,
+		columns,
+		rows,
+		after,
+	}
+}
+
+/// Two panels against subscribers per track (the fan-out): relay CPU per frame, and p99
+/// latency; one line per relay.
+fn plot(shapes: &[Shape], relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> String {
+	let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+	let (width, height, pad) = (460.0, 300.0, 50.0);
+	let mut svg = format!(
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+		width * 2.0,
+		height + 30.0 + 20.0 * relays.len() as f64
+	);
+	fn cpu(m: &Measurement) -> f64 {
+		m.cpu_us_per_frame
+	}
+	fn p99_ms(m: &Measurement) -> f64 {
+		m.report.latency_p99_us as f64 / 1000.0
+	}
+	type Key = fn(&Measurement) -> f64;
+	let panels: [(&str, Key); 2] = [
+		("relay CPU per delivered frame (µs)", cpu),
+		("p99 latency (ms)", p99_ms),
+	];
+	for (p, (title, key)) in panels.iter().enumerate() {
+		let x0 = p as f64 * width;
+		// Points (fan-out, median) per relay.
+		let series: Vec<Vec<(f64, f64)>> = (0..relays.len())
+			.map(|r| {
+				let mut points: Vec<(f64, f64)> = shapes
+					.iter()
+					.enumerate()
+					.map(|(s, shape)| (shape.fanout() as f64, median_of(&results[s][r], *key)))
+					.collect();
+				points.sort_by(|a, b| a.0.total_cmp(&b.0));
+				points
+			})
+			.collect();
+		let max_x = series.iter().flatten().map(|p| p.0).fold(1.0, f64::max);
+		let max_y = series.iter().flatten().map(|p| p.1).fold(f64::MIN_POSITIVE, f64::max) * 1.1;
+		let sx = |x: f64| x0 + pad + x / max_x * (width - 2.0 * pad);
+		let sy = |y: f64| height - pad + 20.0 - y / max_y * (height - 2.0 * pad);
+		let _ = writeln!(
+			svg,
+			"<text x=\"{}\" y=\"20\" text-anchor=\"middle\">{title}</text>",
+			x0 + width / 2.0
+		);
+		let _ = writeln!(
+			svg,
+			"<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/><line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{3}\" stroke=\"black\"/>",
+			sx(0.0),
+			sy(0.0),
+			sx(max_x),
+			sy(max_y)
+		);
+		let _ = writeln!(
+			svg,
+			"<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">subscribers per track</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max_y:.1}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max_x:.0}</text>",
+			x0 + width / 2.0,
+			height + 5.0,
+			sx(0.0) - 4.0,
+			sy(max_y) + 4.0,
+			sx(max_x),
+			sy(0.0) + 15.0
+		);
+		for (r, points) in series.iter().enumerate() {
+			let colour = colours[r % colours.len()];
+			let path: Vec<String> = points
+				.iter()
+				.map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
+				.collect();
+			let _ = writeln!(
+				svg,
+				"<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+				path.join(" ")
+			);
+			for (x, y) in points {
+				let _ = writeln!(
+					svg,
+					"<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"><title>{x:.0}: {y:.2}</title></circle>",
+					sx(*x),
+					sy(*y)
+				);
+			}
+		}
+	}
+	for (r, relay) in relays.iter().enumerate() {
+		let _ = writeln!(
+			svg,
+			"<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>",
+			pad,
+			height + 30.0 + 20.0 * r as f64,
+			colours[r % colours.len()],
+			relay.name.replace('&', "&amp;").replace('<', "&lt;")
+		);
+	}
+	svg.push_str("</svg>\n");
+	svg
+}
