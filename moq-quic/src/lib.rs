@@ -15,7 +15,8 @@
 //!   pinned fingerprint, or explicitly disabled.
 //! - [`sim`]: an in-memory network on the worker's (paused) clock with seeded loss, jitter and a
 //!   rate-limited bottleneck, so the same driver is tested deterministically.
-//! - `moq` (feature `moq`, on by default): moq-net's `Transport` for [`Connection`].
+//! - `moq` (feature `moq`, on by default): moq-net's `Transport` for [`Connection`], and
+//!   [`webtransport`]: WebTransport over HTTP/3 ([`h3`], sans-io) as another moq-net `Transport`.
 //!
 //! Everything of a connection lives on the worker that owns its endpoint: handles are `!Send`.
 
@@ -23,6 +24,7 @@
 
 mod connection;
 mod endpoint;
+pub mod h3;
 pub mod limits;
 #[cfg(feature = "moq")]
 mod moq;
@@ -30,6 +32,8 @@ pub mod scheduler;
 pub mod sim;
 mod stream;
 pub mod tls;
+#[cfg(feature = "moq")]
+pub mod webtransport;
 
 use std::sync::Arc;
 use std::time::Duration;

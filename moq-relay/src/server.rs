@@ -7,7 +7,8 @@
 //! [`Origin`] is the only thing the workers share: a broadcast published through worker 1 is
 //! served to a viewer on worker 0 from the same track cache. Worker 0 also serves HTTP.
 //!
-//! A connection's life: QUIC handshake (ALPN `moq-lite-05`); SETUP exchange, the relay sending its
+//! A connection's life: QUIC handshake (ALPN `moq-lite-05` for raw QUIC, `h3` for WebTransport,
+//! whose CONNECT path and query stand for SETUP's `Path`, see [`serve_webtransport`]); SETUP exchange, the relay sending its
 //! own, within the SETUP timeout (`[limits] setup_timeout`, 10 s by default); the SETUP `Path` (with its query) is checked by [`Auth`]: its
 //! path roots the session, and the grant's publish and subscribe prefixes scope what the session
 //! may announce into and read from the origin; a token's expiry closes the session then, with
@@ -30,10 +31,12 @@ use kio::sync::{Consumer, Producer, Queue};
 use moq_net::lite::ErrorCode;
 use moq_net::lite::session::{self, Counters};
 use moq_net::model::{Origin, Path, Pool};
-use moq_quic::{Certificate, Connection, Endpoint, EndpointStats};
+use moq_net::transport::Transport;
+use moq_quic::webtransport;
+use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, h3};
 use tracing::{debug, info, warn};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Grant};
 use crate::config::{Config, Tls};
 use crate::http::{self, Routes};
 use crate::limits::Limits;
@@ -128,7 +131,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 	let auth = Auth::new(&config.auth)?;
 	let limits = config.limits;
 	let quic = moq_quic::Config::new()
-		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05])
+		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05, h3::ALPN])
 		.context("TLS configuration")?
 		.with_limits(limits.quic)
 		.with_server_transport(moq_quic::windows(
@@ -294,6 +297,9 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		limits: shared.limits.session,
 		..session::Config::default()
 	};
+	if conn.alpn().as_deref() == Some(h3::ALPN) {
+		return serve_webtransport(&shared, conn, config, worker, shutdown).await;
+	}
 	let peer = match race(
 		session::setup(&conn, &config),
 		kio::time::sleep(shared.limits.setup_timeout),
@@ -312,15 +318,97 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		}
 	};
 	let url = peer.path.clone().unwrap_or_default();
-	let grant = match shared.auth.verify_url(&url, SystemTime::now()) {
-		Ok(grant) => grant,
-		Err(err) => {
-			shared.refused.fetch_add(1, Ordering::Relaxed);
-			info!(%remote, path = %escaped(url.split('?').next().unwrap_or("")), %err, "refused");
-			conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
+	let Some(grant) = authorize(&shared, &url, remote) else {
+		conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
+		return;
+	};
+	serve_session(&shared, conn, config, peer, grant, remote, worker, shutdown).await;
+}
+
+/// A WebTransport connection (ALPN `h3`): the CONNECT's path and query play the part of the raw
+/// SETUP's `Path`, checked before the session opens (a refusal is answered 403); moq-lite-05 is
+/// chosen through the sub-protocol headers when the client offers it, then SETUP is exchanged
+/// over the session as on raw QUIC. The SETUP timeout covers both the CONNECT and the SETUP.
+async fn serve_webtransport(
+	shared: &Shared,
+	conn: Connection,
+	config: session::Config,
+	worker: usize,
+	shutdown: Consumer<()>,
+) {
+	let remote = conn.remote_address();
+	let deadline = kio::time::now() + shared.limits.setup_timeout;
+	let request = match race(webtransport::accept(&conn), kio::time::sleep_until(deadline)).await {
+		Either::Left(Ok(request)) => request,
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "no WebTransport session");
+			return;
+		}
+		Either::Right(()) => {
+			debug!(%remote, "no CONNECT in time");
+			conn.close(h3::code::REQUEST_REJECTED, "no CONNECT in time");
 			return;
 		}
 	};
+	let Some(grant) = authorize(shared, &request.connect.path, remote) else {
+		request.reject(
+			403,
+			h3::error_to_http3(ErrorCode::Unauthorized.code() as u32),
+			"unauthorized",
+		);
+		return;
+	};
+	// The first of the client's sub-protocols we speak; none offered means SETUP decides.
+	let protocol = request
+		.connect
+		.protocols
+		.iter()
+		.find(|p| p.as_bytes() == moq_quic::ALPN_MOQ_LITE_05)
+		.cloned();
+	if protocol.is_none() && !request.connect.protocols.is_empty() {
+		debug!(%remote, offered = ?request.connect.protocols, "no sub-protocol in common");
+	}
+	let transport = request.accept(protocol.as_deref());
+	let peer = match race(session::setup(&transport, &config), kio::time::sleep_until(deadline)).await {
+		Either::Left(Ok(peer)) => peer,
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "setup failed");
+			return;
+		}
+		Either::Right(()) => {
+			debug!(%remote, "no SETUP in time");
+			transport.close(ErrorCode::Timeout.code(), "setup timeout");
+			return;
+		}
+	};
+	serve_session(shared, transport, config, peer, grant, remote, worker, shutdown).await;
+}
+
+/// Checks `url` (path and query); the grant, or `None` (counted and logged) when refused.
+fn authorize(shared: &Shared, url: &str, remote: SocketAddr) -> Option<Grant> {
+	match shared.auth.verify_url(url, SystemTime::now()) {
+		Ok(grant) => Some(grant),
+		Err(err) => {
+			shared.refused.fetch_add(1, Ordering::Relaxed);
+			info!(%remote, path = %escaped(url.split('?').next().unwrap_or("")), %err, "refused");
+			None
+		}
+	}
+}
+
+/// Runs an authorized session over `transport` (raw QUIC or WebTransport: every line here is
+/// the same) until it closes, its token expires or the relay shuts down.
+#[allow(clippy::too_many_arguments)]
+async fn serve_session<T: Transport + Clone + 'static>(
+	shared: &Shared,
+	transport: T,
+	config: session::Config,
+	peer: session::PeerSetup,
+	grant: Grant,
+	remote: SocketAddr,
+	worker: usize,
+	shutdown: Consumer<()>,
+) {
 	let root: &Path = &grant.root;
 	// What the peer may watch is what this session publishes to it, and the other way round.
 	let publish =
@@ -330,7 +418,7 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let _worker_session = Decrement(&shared.worker_sessions[worker]);
 	info!(%remote, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
-	let session = session::start(conn.clone(), config, peer, publish, subscribe);
+	let session = session::start(transport, config, peer, publish, subscribe);
 	let expiry = async {
 		match grant.remaining(SystemTime::now()) {
 			Some(left) => kio::time::sleep(left).await,

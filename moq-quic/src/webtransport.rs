@@ -1,0 +1,830 @@
+//! WebTransport over HTTP/3 on a [`Connection`] (ALPN `h3`): the server's [`accept`] and the
+//! client's [`connect`], and moq-net's [`Transport`] over the session ([`WebTransport`]), so a
+//! moq-lite session runs over it exactly as over raw QUIC.
+//!
+//! One session per connection (we advertise `WEBTRANSPORT_MAX_SESSIONS = 1`; browsers dial a
+//! dedicated connection). Both sides open their control stream with SETTINGS at once (a browser
+//! sends its CONNECT only after it has read ours). Two acceptor tasks classify every stream the
+//! peer opens by its first bytes: the peer's control stream (SETTINGS first, then read to the
+//! end; closing it is a connection error), its QPACK streams (read and dropped: there is no
+//! dynamic table), WebTransport streams (`0x54` or `0x41`, then the session id: queued for the
+//! session, their header stripped), the CONNECT request (a bidirectional stream whose first
+//! frame is HEADERS), and anything else (stopped with `H3_STREAM_CREATION_ERROR`, the connection
+//! unharmed). A stream for another session id is refused when the session takes it.
+//!
+//! Application error codes travel in HTTP/3's WebTransport code space
+//! ([`h3::error_to_http3`]): stream resets, stops, and the connection close. Closing the session
+//! sends CLOSE_WEBTRANSPORT_SESSION on the CONNECT stream, then closes the connection after a
+//! short linger so the capsule can arrive; a peer's capsule (or the end of its CONNECT stream)
+//! ends the session with the peer's code. Every byte a peer makes us hold here is bounded: frame
+//! and field-section limits ([`h3::MAX_FRAME`], [`h3::MAX_FIELD_SECTION`]), and streams by the
+//! connection's stream limits.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kio::Waiter;
+use kio::sync::{Producer, Queue};
+use moq_net::transport::{Transport, TransportError};
+use quinn_proto::{ConnectionError, Dir, StreamId, VarInt};
+
+use crate::connection::{Connection, StreamError};
+use crate::h3::{self, ConnectRequest, ConnectResponse, Settings, code, frame_type, stream_type};
+use crate::moq::closed_code;
+use crate::stream::{RecvStream, SendStream};
+
+/// Why a WebTransport session did not open.
+#[derive(Debug)]
+pub enum Error {
+	/// The connection or a stream failed.
+	Stream(StreamError),
+	/// The peer's bytes broke HTTP/3; the connection was closed with the code.
+	Protocol(h3::Error),
+	/// The server answered the CONNECT with this status.
+	Status(u16),
+	/// The server's SETTINGS do not offer WebTransport.
+	NotSupported,
+	/// The connection closed before the session opened.
+	Closed,
+}
+
+impl std::fmt::Display for Error {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		match self {
+			Self::Stream(err) => write!(f, "{err}"),
+			Self::Protocol(err) => write!(f, "HTTP/3: {err}"),
+			Self::Status(status) => write!(f, "the server answered {status}"),
+			Self::NotSupported => f.write_str("the server does not offer WebTransport"),
+			Self::Closed => f.write_str("the connection closed"),
+		}
+	}
+}
+
+impl std::error::Error for Error {}
+
+impl From<StreamError> for Error {
+	fn from(err: StreamError) -> Self {
+		Self::Stream(err)
+	}
+}
+
+/// How long a closing side keeps the connection for its last capsule or response to arrive: three
+/// round trips, within these bounds.
+const LINGER_MIN: Duration = Duration::from_millis(50);
+const LINGER_MAX: Duration = Duration::from_secs(1);
+
+/// A stream's bytes as they arrive, parsed from the front.
+struct Reader {
+	stream: RecvStream,
+	buf: Vec<u8>,
+}
+
+impl Reader {
+	fn new(stream: RecvStream) -> Self {
+		Self {
+			stream,
+			buf: Vec::new(),
+		}
+	}
+
+	/// Reads one more chunk; false at the end of the stream.
+	async fn fill(&mut self) -> Result<bool, StreamError> {
+		match self.stream.read().await? {
+			Some(chunk) => {
+				self.buf.extend_from_slice(&chunk);
+				Ok(true)
+			}
+			None => Ok(false),
+		}
+	}
+
+	/// The next varint; `None` at the end of the stream.
+	async fn varint(&mut self) -> Result<Option<u64>, StreamError> {
+		loop {
+			let mut view = self.buf.as_slice();
+			if let Ok(value) = h3::get_varint(&mut view) {
+				let used = self.buf.len() - view.len();
+				self.buf.drain(..used);
+				return Ok(Some(value));
+			}
+			if !self.fill().await? {
+				return Ok(None);
+			}
+		}
+	}
+
+	/// The payload of a frame whose type was read already; `None` at the end of the stream.
+	async fn payload(&mut self, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
+		let Some(len) = self.varint().await? else {
+			return Ok(None);
+		};
+		if len > limit as u64 {
+			return Err(ReadError::Protocol(h3::Error::TooLong));
+		}
+		while self.buf.len() < len as usize {
+			if !self.fill().await? {
+				return Ok(None);
+			}
+		}
+		Ok(Some(self.buf.drain(..len as usize).collect()))
+	}
+
+	/// The next frame; `None` at the end of the stream.
+	async fn frame(&mut self, limit: usize) -> Result<Option<(u64, Vec<u8>)>, ReadError> {
+		let Some(kind) = self.varint().await? else {
+			return Ok(None);
+		};
+		Ok(self.payload(limit).await?.map(|payload| (kind, payload)))
+	}
+
+	/// The stream, and the bytes read past what was parsed.
+	fn into_parts(self) -> (RecvStream, Bytes) {
+		(self.stream, Bytes::from(self.buf))
+	}
+}
+
+enum ReadError {
+	Stream(StreamError),
+	Protocol(h3::Error),
+}
+
+impl From<StreamError> for ReadError {
+	fn from(err: StreamError) -> Self {
+		Self::Stream(err)
+	}
+}
+
+/// A bidirectional stream the peer opened as a request: its halves and its decoded fields.
+type Incoming = (SendStream, RecvStream, Result<Vec<(String, String)>, h3::Error>);
+
+/// What the acceptors share with the session.
+struct Shared {
+	conn: Connection,
+	server: bool,
+	/// Our control stream: it must stay open as long as the connection.
+	control: RefCell<Option<SendStream>>,
+	/// Whether the peer's control stream came (a second one is an error).
+	peer_control: Cell<bool>,
+	/// The peer's SETTINGS, once read.
+	settings: Producer<Option<Settings>>,
+	/// CONNECT requests (server side), at most one taken.
+	requests: Queue<Incoming>,
+	/// Whether a request was queued: later ones are refused.
+	requested: Cell<bool>,
+	/// WebTransport streams: the session id, the stream(s), bytes read past the header.
+	uni: Queue<(u64, RecvStream, Bytes)>,
+	bi: Queue<(u64, SendStream, RecvStream, Bytes)>,
+	/// The session's code when the peer ended it (capsule or end of the CONNECT stream).
+	peer_code: Cell<Option<u64>>,
+}
+
+impl Shared {
+	fn new(conn: &Connection, server: bool) -> Rc<Self> {
+		Rc::new(Self {
+			conn: conn.clone(),
+			server,
+			control: RefCell::new(None),
+			peer_control: Cell::new(false),
+			settings: Producer::new(None),
+			requests: Queue::unbounded(),
+			requested: Cell::new(false),
+			uni: Queue::unbounded(),
+			bi: Queue::unbounded(),
+			peer_code: Cell::new(None),
+		})
+	}
+
+	/// Opens our control stream with SETTINGS and starts the acceptors.
+	async fn start(self: &Rc<Self>) -> Result<(), Error> {
+		let mut control = self.conn.open_uni().await?;
+		let mut bytes = Vec::new();
+		h3::put_varint(&mut bytes, stream_type::CONTROL);
+		Settings::webtransport().encode(&mut bytes);
+		control.write(Bytes::from(bytes)).await?;
+		*self.control.borrow_mut() = Some(control);
+		drop(kio::spawn(accept_uni(self.clone())));
+		drop(kio::spawn(accept_bi(self.clone())));
+		Ok(())
+	}
+
+	/// Waits for the peer's SETTINGS.
+	async fn peer_settings(&self) -> Result<Settings, Error> {
+		let settings = self.settings.consume();
+		settings
+			.wait(|s| match s {
+				Some(s) => Poll::Ready(s.clone()),
+				None => Poll::Pending,
+			})
+			.await
+			.map_err(|_| Error::Closed)
+	}
+
+	/// Closes the connection for a protocol error of the peer's.
+	fn fail(&self, code: u64, reason: &str) {
+		self.conn.close(code, reason);
+		self.end();
+	}
+
+	/// No more streams will come.
+	fn end(&self) {
+		self.requests.close();
+		self.uni.close();
+		self.bi.close();
+		let _ = self.settings.close();
+	}
+}
+
+/// Accepts the peer's unidirectional streams until the connection ends.
+async fn accept_uni(shared: Rc<Shared>) {
+	while let Ok(stream) = shared.conn.accept_uni().await {
+		drop(kio::spawn(classify_uni(shared.clone(), stream)));
+	}
+	shared.end();
+}
+
+/// Accepts the peer's bidirectional streams until the connection ends.
+async fn accept_bi(shared: Rc<Shared>) {
+	while let Ok((send, recv)) = shared.conn.accept_bi().await {
+		drop(kio::spawn(classify_bi(shared.clone(), send, recv)));
+	}
+	shared.end();
+}
+
+async fn classify_uni(shared: Rc<Shared>, stream: RecvStream) {
+	let mut reader = Reader::new(stream);
+	let Ok(Some(kind)) = reader.varint().await else { return };
+	match kind {
+		stream_type::CONTROL => {
+			if shared.peer_control.replace(true) {
+				return shared.fail(code::STREAM_CREATION_ERROR, "a second control stream");
+			}
+			control_stream(&shared, reader).await;
+		}
+		stream_type::QPACK_ENCODER | stream_type::QPACK_DECODER => {
+			// No dynamic table: there is nothing to read in them, but they must stay open.
+			while let Ok(true) = reader.fill().await {
+				reader.buf.clear();
+			}
+			if shared.conn.poll_closed(&noop_waiter()).is_pending() {
+				shared.fail(code::CLOSED_CRITICAL_STREAM, "a QPACK stream closed");
+			}
+		}
+		stream_type::PUSH => shared.fail(code::STREAM_CREATION_ERROR, "a push stream"),
+		stream_type::WEBTRANSPORT_UNI => {
+			let Ok(Some(session)) = reader.varint().await else {
+				return;
+			};
+			let (stream, rest) = reader.into_parts();
+			let _ = shared.uni.try_push((session, stream, rest));
+		}
+		// Unknown and reserved types are ignored (RFC 9114 §6.2).
+		_ => reader.stream.stop(code::STREAM_CREATION_ERROR),
+	}
+}
+
+/// The peer's control stream: SETTINGS first, then frames we have no use for, never its end.
+async fn control_stream(shared: &Shared, mut reader: Reader) {
+	match reader.frame(h3::MAX_FRAME).await {
+		Ok(Some((frame_type::SETTINGS, payload))) => match Settings::decode(&payload) {
+			Ok(settings) => {
+				if let Ok(mut slot) = shared.settings.write() {
+					*slot = Some(settings);
+				}
+			}
+			Err(err) => return shared.fail(err.code(), "malformed SETTINGS"),
+		},
+		Ok(Some(_)) => return shared.fail(code::MISSING_SETTINGS, "the control stream did not start with SETTINGS"),
+		Ok(None) | Err(ReadError::Stream(_)) => {
+			return shared.fail(code::CLOSED_CRITICAL_STREAM, "the control stream closed");
+		}
+		Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "a control frame too long"),
+	}
+	loop {
+		match reader.frame(h3::MAX_FRAME).await {
+			Ok(Some((frame_type::SETTINGS | frame_type::DATA | frame_type::HEADERS, _))) => {
+				return shared.fail(code::FRAME_UNEXPECTED, "a frame not allowed on the control stream");
+			}
+			// GOAWAY and anything unknown: nothing to do for one session.
+			Ok(Some(_)) => {}
+			Ok(None) | Err(ReadError::Stream(_)) => {
+				if shared.conn.poll_closed(&noop_waiter()).is_pending() {
+					shared.fail(code::CLOSED_CRITICAL_STREAM, "the control stream closed");
+				}
+				return;
+			}
+			Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "a control frame too long"),
+		}
+	}
+}
+
+async fn classify_bi(shared: Rc<Shared>, mut send: SendStream, recv: RecvStream) {
+	let mut reader = Reader::new(recv);
+	loop {
+		let Ok(Some(kind)) = reader.varint().await else { return };
+		match kind {
+			stream_type::WEBTRANSPORT_BIDI => {
+				let Ok(Some(session)) = reader.varint().await else {
+					return;
+				};
+				let (recv, rest) = reader.into_parts();
+				let _ = shared.bi.try_push((session, send, recv, rest));
+				return;
+			}
+			frame_type::HEADERS if shared.server => {
+				// A request: one session per connection, so only the first is heard.
+				if shared.requested.replace(true) {
+					send.reset(code::REQUEST_REJECTED);
+					reader.stream.stop(code::REQUEST_REJECTED);
+					return;
+				}
+				let fields = match reader.payload(h3::MAX_FIELD_SECTION).await {
+					Ok(Some(block)) => h3::decode_fields(&block),
+					Ok(None) | Err(ReadError::Stream(_)) => return,
+					Err(ReadError::Protocol(err)) => Err(err),
+				};
+				let (recv, _) = reader.into_parts();
+				let _ = shared.requests.try_push((send, recv, fields));
+				return;
+			}
+			// Reserved frame types before the request are skipped (RFC 9114 §7.2.8).
+			kind if h3::is_grease(kind) => {
+				if !matches!(reader.payload(h3::MAX_FRAME).await, Ok(Some(_))) {
+					return;
+				}
+			}
+			_ => {
+				send.reset(code::FRAME_UNEXPECTED);
+				reader.stream.stop(code::FRAME_UNEXPECTED);
+				return;
+			}
+		}
+	}
+}
+
+/// A WebTransport CONNECT a server received: answer it with [`Request::accept`] or
+/// [`Request::reject`].
+pub struct Request {
+	/// What the client asked for.
+	pub connect: ConnectRequest,
+	shared: Rc<Shared>,
+	send: SendStream,
+	recv: RecvStream,
+}
+
+/// Waits for a client's WebTransport CONNECT on a connection whose ALPN is `h3`: sends our
+/// SETTINGS, reads the client's, reads the request. A malformed request is answered 400 and
+/// the connection closed (with `H3_MESSAGE_ERROR` or the decoding error's code).
+pub async fn accept(conn: &Connection) -> Result<Request, Error> {
+	let shared = Shared::new(conn, true);
+	shared.start().await?;
+	shared.peer_settings().await?;
+	let Some((mut send, recv, fields)) = shared.requests.pop().await else {
+		return Err(Error::Closed);
+	};
+	let connect = fields.and_then(|fields| ConnectRequest::from_fields(&fields));
+	match connect {
+		Ok(connect) => Ok(Request {
+			connect,
+			shared,
+			send,
+			recv,
+		}),
+		Err(err) => {
+			respond(&mut send, 400, None);
+			let _ = send.finish();
+			linger_close(&shared.conn, err.code(), "malformed CONNECT");
+			shared.end();
+			Err(Error::Protocol(err))
+		}
+	}
+}
+
+impl Request {
+	/// Opens the session: 200, with the sub-protocol chosen (it must be one the client offered).
+	pub fn accept(mut self, protocol: Option<&str>) -> WebTransport {
+		debug_assert!(protocol.is_none_or(|p| self.connect.protocols.iter().any(|o| o == p)));
+		respond(&mut self.send, 200, protocol);
+		WebTransport::open(self.shared, self.send, self.recv)
+	}
+
+	/// Refuses the session with `status` (4xx), then closes the connection with `code`.
+	pub fn reject(mut self, status: u16, code: u64, reason: &str) {
+		respond(&mut self.send, status, None);
+		let _ = self.send.finish();
+		linger_close(&self.shared.conn, code, reason);
+		self.shared.end();
+	}
+}
+
+fn respond(send: &mut SendStream, status: u16, protocol: Option<&str>) {
+	let mut bytes = Vec::new();
+	ConnectResponse {
+		status,
+		protocol: protocol.map(str::to_owned),
+	}
+	.encode(&mut bytes);
+	// A request stream has written nothing yet: its buffer takes a response at once.
+	let _ = send.poll_write(&noop_waiter(), &mut Bytes::from(bytes));
+}
+
+/// Opens a WebTransport session on a client connection whose ALPN is `h3`: SETTINGS both ways,
+/// then the CONNECT; the server's answer comes back with the session.
+pub async fn connect(conn: &Connection, request: &ConnectRequest) -> Result<(WebTransport, ConnectResponse), Error> {
+	let shared = Shared::new(conn, false);
+	shared.start().await?;
+	if !shared.peer_settings().await?.supports_webtransport() {
+		conn.close(code::NO_ERROR, "no WebTransport");
+		return Err(Error::NotSupported);
+	}
+	let (mut send, recv) = conn.open_bi().await?;
+	let mut bytes = Vec::new();
+	request.encode(&mut bytes);
+	send.write(Bytes::from(bytes)).await?;
+	let mut reader = Reader::new(recv);
+	let response = loop {
+		match reader.frame(h3::MAX_FIELD_SECTION).await {
+			Ok(Some((frame_type::HEADERS, block))) => {
+				match h3::decode_fields(&block).and_then(|fields| ConnectResponse::from_fields(&fields)) {
+					Ok(response) => break response,
+					Err(err) => {
+						shared.fail(err.code(), "malformed response");
+						return Err(Error::Protocol(err));
+					}
+				}
+			}
+			Ok(Some((kind, _))) if h3::is_grease(kind) => {}
+			Ok(Some(_)) => {
+				shared.fail(code::FRAME_UNEXPECTED, "a frame before the response");
+				return Err(Error::Protocol(h3::Error::Message("a frame before the response")));
+			}
+			Ok(None) => return Err(Error::Closed),
+			Err(ReadError::Stream(err)) => return Err(Error::Stream(err)),
+			Err(ReadError::Protocol(err)) => {
+				shared.fail(err.code(), "response too long");
+				return Err(Error::Protocol(err));
+			}
+		}
+	};
+	if !(200..300).contains(&response.status) {
+		conn.close(code::NO_ERROR, "refused");
+		return Err(Error::Status(response.status));
+	}
+	let (recv, _) = reader.into_parts();
+	Ok((WebTransport::open(shared, send, recv), response))
+}
+
+/// Closes `conn` with `code` after a linger (three round trips, 50 ms to 1 s), so what was just
+/// written (a response, a close capsule) can arrive first.
+fn linger_close(conn: &Connection, code: u64, reason: &str) {
+	let conn = conn.clone();
+	let reason = reason.to_owned();
+	let linger = (conn.rtt() * 3).clamp(LINGER_MIN, LINGER_MAX);
+	drop(kio::spawn(async move {
+		let closed = conn.closed();
+		let timer = kio::time::sleep(linger);
+		let mut closed = std::pin::pin!(closed);
+		let mut timer = std::pin::pin!(timer);
+		std::future::poll_fn(|cx| {
+			if closed.as_mut().poll(cx).is_ready() || timer.as_mut().poll(cx).is_ready() {
+				Poll::Ready(())
+			} else {
+				Poll::Pending
+			}
+		})
+		.await;
+		conn.close(code, &reason);
+	}));
+}
+
+fn noop_waiter() -> Waiter {
+	Waiter::new(Waker::noop().clone())
+}
+
+/// The session id: the CONNECT stream's id.
+fn session_id(id: StreamId) -> u64 {
+	VarInt::from(id).into_inner()
+}
+
+struct Session {
+	shared: Rc<Shared>,
+	id: u64,
+	/// The CONNECT stream's send half: the close capsule goes there.
+	connect: RefCell<Option<SendStream>>,
+	closing: Cell<bool>,
+}
+
+/// moq-net's [`Transport`] over one WebTransport session. Cloning shares the session.
+#[derive(Clone)]
+pub struct WebTransport(Rc<Session>);
+
+impl WebTransport {
+	fn open(shared: Rc<Shared>, send: SendStream, recv: RecvStream) -> Self {
+		let id = session_id(send.id());
+		drop(kio::spawn(watch_connect_stream(shared.clone(), recv)));
+		Self(Rc::new(Session {
+			shared,
+			id,
+			connect: RefCell::new(Some(send)),
+			closing: Cell::new(false),
+		}))
+	}
+
+	/// The QUIC connection under the session.
+	pub fn connection(&self) -> &Connection {
+		&self.0.shared.conn
+	}
+
+	/// The session id (the CONNECT stream's id).
+	pub fn id(&self) -> u64 {
+		self.0.id
+	}
+
+	fn header(&self, kind: u64) -> Bytes {
+		let mut header = Vec::with_capacity(4);
+		h3::put_varint(&mut header, kind);
+		h3::put_varint(&mut header, self.0.id);
+		Bytes::from(header)
+	}
+
+	/// The code the session ended with, once the connection has.
+	fn ended(&self, error: ConnectionError) -> u64 {
+		match (&error, self.0.shared.peer_code.get()) {
+			(_, Some(code)) => code,
+			(ConnectionError::ApplicationClosed(close), None) => {
+				let code = close.error_code.into_inner();
+				h3::error_from_http3(code).map_or(code, u64::from)
+			}
+			_ => closed_code(&error),
+		}
+	}
+
+	fn closed_now(&self) -> TransportError {
+		match self.0.shared.conn.poll_closed(&noop_waiter()) {
+			Poll::Ready(error) => TransportError::Closed(self.ended(error)),
+			Poll::Pending => TransportError::Closed(self.0.shared.peer_code.get().unwrap_or(0)),
+		}
+	}
+}
+
+/// The CONNECT stream after the response: capsules in DATA frames. CLOSE_WEBTRANSPORT_SESSION,
+/// or the stream's end, ends the session with the peer's code.
+async fn watch_connect_stream(shared: Rc<Shared>, recv: RecvStream) {
+	let mut reader = Reader::new(recv);
+	let mut capsules: Vec<u8> = Vec::new();
+	let code = loop {
+		match reader.frame(h3::MAX_FRAME).await {
+			Ok(Some((frame_type::DATA, data))) => {
+				capsules.extend_from_slice(&data);
+				if capsules.len() > h3::MAX_FRAME {
+					return shared.fail(code::FRAME_ERROR, "a capsule too long");
+				}
+				let mut view = capsules.as_slice();
+				let mut close = None;
+				while let Ok((kind, payload)) = h3::get_capsule(&mut view) {
+					if kind == h3::CLOSE_SESSION {
+						close = Some(h3::close_code(payload).map(u64::from).unwrap_or(0));
+						break;
+					}
+				}
+				if let Some(code) = close {
+					break code;
+				}
+				let used = capsules.len() - view.len();
+				capsules.drain(..used);
+			}
+			Ok(Some(_)) => {}
+			Ok(None) => break 0,
+			Err(ReadError::Stream(_)) => return,
+			Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "a frame too long"),
+		}
+	};
+	shared.peer_code.set(Some(code));
+	shared
+		.conn
+		.close(h3::error_to_http3(code as u32), "session closed by the peer");
+	shared.end();
+}
+
+/// A send stream of a WebTransport session: its header goes first.
+pub struct WtSend {
+	stream: SendStream,
+	header: Bytes,
+}
+
+/// A receive stream of a WebTransport session: bytes read past its header come first.
+pub struct WtRecv {
+	stream: RecvStream,
+	rest: Bytes,
+}
+
+impl std::fmt::Debug for WtSend {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("WtSend").field("id", &self.stream.id()).finish()
+	}
+}
+
+impl std::fmt::Debug for WtRecv {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		f.debug_struct("WtRecv").field("id", &self.stream.id()).finish()
+	}
+}
+
+/// A stream error as the session sees it: codes in the WebTransport space come back as the
+/// application's.
+fn map(error: StreamError) -> TransportError {
+	let app = |code: u64| h3::error_from_http3(code).map_or(code, u64::from);
+	match error {
+		StreamError::Reset(code) => TransportError::Reset(app(code)),
+		StreamError::Stopped(code) => TransportError::Stopped(app(code)),
+		StreamError::ConnectionLost(e) => TransportError::Closed(match &e {
+			ConnectionError::ApplicationClosed(close) => app(close.error_code.into_inner()),
+			_ => closed_code(&e),
+		}),
+		StreamError::Closed => TransportError::Invalid,
+	}
+}
+
+/// An application code as the WebTransport one on the wire (codes past 32 bits saturate).
+fn wire(code: u64) -> u64 {
+	h3::error_to_http3(u32::try_from(code).unwrap_or(u32::MAX))
+}
+
+impl WtSend {
+	fn new(mut stream: SendStream, mut header: Bytes, waiter: &Waiter) -> Self {
+		// A new stream's buffer takes its header at once; if not, poll_write sends it first.
+		let _ = stream.poll_write(waiter, &mut header);
+		Self { stream, header }
+	}
+}
+
+impl Transport for WebTransport {
+	type SendHalf = WtSend;
+	type RecvHalf = WtRecv;
+
+	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<WtSend, TransportError>> {
+		let conn = &self.0.shared.conn;
+		conn.poll_open(waiter, Dir::Uni).map(|r| {
+			r.map(|id| {
+				WtSend::new(
+					SendStream::new(conn.clone(), id),
+					self.header(stream_type::WEBTRANSPORT_UNI),
+					waiter,
+				)
+			})
+			.map_err(map)
+		})
+	}
+
+	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<(WtSend, WtRecv), TransportError>> {
+		let conn = &self.0.shared.conn;
+		conn.poll_open(waiter, Dir::Bi).map(|r| {
+			r.map(|id| {
+				let (send, recv) = conn.halves(id);
+				(
+					WtSend::new(send, self.header(stream_type::WEBTRANSPORT_BIDI), waiter),
+					WtRecv {
+						stream: recv,
+						rest: Bytes::new(),
+					},
+				)
+			})
+			.map_err(map)
+		})
+	}
+
+	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<WtRecv, TransportError>> {
+		loop {
+			match self.0.shared.uni.poll_pop(waiter) {
+				Poll::Ready(Some((session, mut stream, rest))) => {
+					if session != self.0.id {
+						stream.stop(code::WT_BUFFERED_STREAM_REJECTED);
+						continue;
+					}
+					return Poll::Ready(Ok(WtRecv { stream, rest }));
+				}
+				Poll::Ready(None) => return Poll::Ready(Err(self.closed_now())),
+				Poll::Pending => return Poll::Pending,
+			}
+		}
+	}
+
+	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<(WtSend, WtRecv), TransportError>> {
+		loop {
+			match self.0.shared.bi.poll_pop(waiter) {
+				Poll::Ready(Some((session, mut send, mut recv, rest))) => {
+					if session != self.0.id {
+						send.reset(code::WT_BUFFERED_STREAM_REJECTED);
+						recv.stop(code::WT_BUFFERED_STREAM_REJECTED);
+						continue;
+					}
+					return Poll::Ready(Ok((
+						WtSend {
+							stream: send,
+							header: Bytes::new(),
+						},
+						WtRecv { stream: recv, rest },
+					)));
+				}
+				Poll::Ready(None) => return Poll::Ready(Err(self.closed_now())),
+				Poll::Pending => return Poll::Pending,
+			}
+		}
+	}
+
+	fn send_datagram(&self, payload: Bytes) -> Result<(), TransportError> {
+		// HTTP datagrams carry the quarter stream id (RFC 9297 §2.1).
+		let mut datagram = Vec::with_capacity(payload.len() + 8);
+		h3::put_varint(&mut datagram, self.0.id / 4);
+		datagram.extend_from_slice(&payload);
+		self.0.shared.conn.send_datagram(Bytes::from(datagram)).map_err(map)
+	}
+
+	fn poll_recv_datagram(&self, waiter: &Waiter) -> Poll<Result<Bytes, TransportError>> {
+		loop {
+			let datagram = match self.0.shared.conn.poll_recv_datagram(waiter) {
+				Poll::Ready(Ok(datagram)) => datagram,
+				Poll::Ready(Err(err)) => return Poll::Ready(Err(map(err))),
+				Poll::Pending => return Poll::Pending,
+			};
+			let mut view = &datagram[..];
+			// Another session's datagrams, or ones without a prefix, are dropped.
+			if h3::get_varint(&mut view) == Ok(self.0.id / 4) {
+				let at = datagram.len() - view.len();
+				return Poll::Ready(Ok(datagram.slice(at..)));
+			}
+		}
+	}
+
+	fn close(&self, code: u64, reason: &str) {
+		if self.0.closing.replace(true) {
+			return;
+		}
+		let app = u32::try_from(code).unwrap_or(u32::MAX);
+		if let Some(mut send) = self.0.connect.borrow_mut().take() {
+			let _ = send.poll_write(&noop_waiter(), &mut Bytes::from(h3::close_capsule(app, reason)));
+			let _ = send.finish();
+		}
+		self.0.shared.end();
+		linger_close(&self.0.shared.conn, h3::error_to_http3(app), reason);
+	}
+
+	fn poll_closed(&self, waiter: &Waiter) -> Poll<u64> {
+		self.0.shared.conn.poll_closed(waiter).map(|error| self.ended(error))
+	}
+}
+
+impl moq_net::transport::SendStream for WtSend {
+	fn poll_write(&mut self, waiter: &Waiter, data: &mut Bytes) -> Poll<Result<(), TransportError>> {
+		if !self.header.is_empty() {
+			match self.stream.poll_write(waiter, &mut self.header) {
+				Poll::Ready(Ok(())) => {}
+				Poll::Ready(Err(err)) => return Poll::Ready(Err(map(err))),
+				Poll::Pending => return Poll::Pending,
+			}
+		}
+		self.stream.poll_write(waiter, data).map(|r| r.map_err(map))
+	}
+
+	fn finish(&mut self) -> Result<(), TransportError> {
+		if !self.header.is_empty() {
+			// Only a stream whose first write never went out; there is nothing to finish.
+			return Err(TransportError::Invalid);
+		}
+		self.stream.finish().map_err(map)
+	}
+
+	fn reset(&mut self, code: u64) {
+		self.stream.reset(wire(code));
+	}
+
+	fn set_priority(&mut self, priority: i32) {
+		self.stream.set_priority(priority);
+	}
+
+	fn set_group(&mut self, group: u64) {
+		self.stream.set_group(group);
+	}
+
+	fn poll_stopped(&mut self, waiter: &Waiter) -> Poll<Result<u64, TransportError>> {
+		self.stream.poll_stopped(waiter).map(|r| {
+			r.map(|code| h3::error_from_http3(code).map_or(code, u64::from))
+				.map_err(map)
+		})
+	}
+}
+
+impl moq_net::transport::RecvStream for WtRecv {
+	fn poll_read(&mut self, waiter: &Waiter) -> Poll<Result<Option<Bytes>, TransportError>> {
+		if !self.rest.is_empty() {
+			return Poll::Ready(Ok(Some(std::mem::take(&mut self.rest))));
+		}
+		self.stream.poll_read(waiter).map(|r| r.map_err(map))
+	}
+
+	fn stop(&mut self, code: u64) {
+		self.stream.stop(wire(code));
+	}
+}
