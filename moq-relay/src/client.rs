@@ -1,8 +1,12 @@
-//! A moq-lite-05 client over raw QUIC: what the example client and the end-to-end tests use.
+//! A moq-lite-05 client over raw QUIC or WebTransport: what the example client, the load
+//! generator and the end-to-end tests use.
 //!
-//! [`Url`] parses `moqt://host:port/path?query`; [`connect`] opens the QUIC connection (ALPN
-//! `moq-lite-05`), exchanges SETUP with the path and query, and starts a session that publishes
-//! a local origin's broadcasts and/or mirrors the relay's announcements into another.
+//! [`Url`] parses `moqt://host:port/path?query` (raw QUIC) and `https://host:port/path?query`
+//! (WebTransport over HTTP/3). [`connect`] opens a raw QUIC connection (ALPN `moq-lite-05`),
+//! exchanges SETUP with the path and query, and starts a session that publishes a local origin's
+//! broadcasts and/or mirrors the relay's announcements into another; [`connect_webtransport`]
+//! does the same over WebTransport (ALPN `h3`, the path and query in the CONNECT, moq-lite-05
+//! offered as the sub-protocol); [`dial`] picks by the URL's scheme.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -10,11 +14,15 @@ use anyhow::{Context as _, bail};
 use moq_net::lite::Role;
 use moq_net::lite::session::{self, PeerSetup, Session};
 use moq_net::model::{OriginConsumer, OriginProducer};
+use moq_quic::h3::{self, ConnectRequest};
+use moq_quic::webtransport::{self, WebTransport};
 use moq_quic::{Connection, Endpoint, Verification};
 
-/// A `moqt://host[:port]/path[?query]` URL.
+/// A `moqt://host[:port]/path[?query]` or `https://host[:port]/path[?query]` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
+	/// `https://`: WebTransport over HTTP/3; `moqt://`: raw QUIC.
+	pub webtransport: bool,
 	/// The host name or address.
 	pub host: String,
 	/// The port (4443 when absent).
@@ -24,10 +32,14 @@ pub struct Url {
 }
 
 impl Url {
-	/// Parses a `moqt://` URL.
+	/// Parses a `moqt://` or `https://` URL (port 4443 when absent, the relay's default, for both).
 	pub fn parse(text: &str) -> anyhow::Result<Self> {
-		let Some(rest) = text.strip_prefix("moqt://") else {
-			bail!("{text}: not a moqt:// URL");
+		let (webtransport, rest) = if let Some(rest) = text.strip_prefix("moqt://") {
+			(false, rest)
+		} else if let Some(rest) = text.strip_prefix("https://") {
+			(true, rest)
+		} else {
+			bail!("{text}: not a moqt:// or https:// URL");
 		};
 		let (authority, path) = match rest.find(['/', '?']) {
 			Some(at) => (&rest[..at], &rest[at..]),
@@ -51,6 +63,7 @@ impl Url {
 			bail!("{text}: no host");
 		}
 		Ok(Self {
+			webtransport,
 			host: host.to_owned(),
 			port,
 			path,
@@ -92,16 +105,10 @@ pub async fn connect(
 	let client = moq_quic::Config::new().with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
-	// Say what this client does, so a relay does not ask a viewer for its announcements.
-	let role = match (&publish, &subscribe) {
-		(Some(_), None) => Some(Role::Publisher),
-		(None, Some(_)) => Some(Role::Subscriber),
-		_ => None,
-	};
 	let config = session::Config {
 		origin,
 		path: Some(url.path.clone()),
-		role,
+		role: role(&publish, &subscribe),
 		..session::Config::default()
 	};
 	let peer = session::setup(&connection, &config).await.context("SETUP")?;
@@ -111,6 +118,116 @@ pub async fn connect(
 		session,
 		peer,
 	})
+}
+
+/// A running client session over WebTransport.
+pub struct WebTransportClient {
+	/// The WebTransport session (and through it, the QUIC connection).
+	pub transport: WebTransport,
+	/// The moq-lite session.
+	pub session: Session<WebTransport>,
+	/// What the relay said in its SETUP.
+	pub peer: PeerSetup,
+	/// The sub-protocol the relay chose, if any.
+	pub protocol: Option<String>,
+}
+
+/// Connects over WebTransport (ALPN `h3`) to `addr` as `url` says: the URL's path and query go in
+/// the CONNECT, moq-lite-05 is offered as the sub-protocol, then SETUP as over raw QUIC.
+pub async fn connect_webtransport(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	origin: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> anyhow::Result<WebTransportClient> {
+	let client = moq_quic::Config::new().with_client(verification, &[h3::ALPN])?;
+	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
+	connection.established().await.context("QUIC handshake")?;
+	let authority = if url.host.contains(':') {
+		format!("[{}]:{}", url.host, url.port)
+	} else {
+		format!("{}:{}", url.host, url.port)
+	};
+	let request = ConnectRequest {
+		authority,
+		path: url.path.clone(),
+		protocols: vec![String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned()],
+		origin: None,
+	};
+	let (transport, response) = webtransport::connect(&connection, &request)
+		.await
+		.context("WebTransport CONNECT")?;
+	let config = session::Config {
+		origin,
+		path: None,
+		role: role(&publish, &subscribe),
+		..session::Config::default()
+	};
+	let peer = session::setup(&transport, &config).await.context("SETUP")?;
+	let session = session::start(transport.clone(), config, peer.clone(), publish, subscribe);
+	Ok(WebTransportClient {
+		transport,
+		session,
+		peer,
+		protocol: response.protocol,
+	})
+}
+
+/// A session over either transport.
+pub enum AnyClient {
+	/// Raw QUIC.
+	Quic(Client),
+	/// WebTransport.
+	WebTransport(WebTransportClient),
+}
+
+impl AnyClient {
+	/// Waits for the session to end; its code.
+	pub async fn closed(&self) -> u64 {
+		match self {
+			Self::Quic(client) => client.session.closed().await,
+			Self::WebTransport(client) => client.session.closed().await,
+		}
+	}
+
+	/// Closes the session with `code`.
+	pub fn close(&self, code: u64) {
+		match self {
+			Self::Quic(client) => client.session.close(code),
+			Self::WebTransport(client) => client.session.close(code),
+		}
+	}
+}
+
+/// [`connect`] or [`connect_webtransport`], as the URL's scheme says.
+pub async fn dial(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	origin: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> anyhow::Result<AnyClient> {
+	Ok(if url.webtransport {
+		AnyClient::WebTransport(
+			connect_webtransport(endpoint, addr, url, verification, origin, publish, subscribe).await?,
+		)
+	} else {
+		AnyClient::Quic(connect(endpoint, addr, url, verification, origin, publish, subscribe).await?)
+	})
+}
+
+/// Says what this client does, so a relay does not ask a viewer for its announcements.
+fn role(publish: &Option<OriginConsumer>, subscribe: &Option<OriginProducer>) -> Option<Role> {
+	match (publish, subscribe) {
+		(Some(_), None) => Some(Role::Publisher),
+		(None, Some(_)) => Some(Role::Subscriber),
+		_ => None,
+	}
 }
 
 /// An endpoint for clients, on an ephemeral port of the address family of `relay`.
@@ -139,7 +256,14 @@ mod tests {
 			(url.host.as_str(), url.port, url.path.as_str()),
 			("relay.example", 4443, "/?jwt=x")
 		);
-		assert!(Url::parse("https://x/").is_err());
+		let url = Url::parse("https://localhost:4443/live?jwt=x").unwrap();
+		assert!(url.webtransport);
+		assert_eq!(
+			(url.host.as_str(), url.port, url.path.as_str()),
+			("localhost", 4443, "/live?jwt=x")
+		);
+		assert!(!Url::parse("moqt://x/").unwrap().webtransport);
+		assert!(Url::parse("http://x/").is_err());
 		assert!(Url::parse("moqt://:4443/").is_err());
 		assert!(Url::parse("moqt://x:port/").is_err());
 	}
