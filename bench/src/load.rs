@@ -1,4 +1,5 @@
-//! The relay load generator: moq-lite publishers and subscribers over raw QUIC, each connection on
+//! The relay load generator: moq-lite publishers and subscribers over raw QUIC (`moqt://`) or
+//! WebTransport (`https://`), each connection on
 //! its own UDP socket (so a relay's workers share the load as they would with real clients), and
 //! the accounting of what the subscribers got.
 //!
@@ -29,7 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use bytes::{BufMut as _, BytesMut};
 use kio::sync::{Consumer, Producer, Queue};
-use moq_net::model::{Frame, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
+use moq_net::model::{
+	Frame, GroupConsumer, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
+};
 use moq_quic::Verification;
 use moq_relay::client::{self, Url};
 use moq_relay::race::{Either, race};
@@ -390,6 +393,11 @@ pub struct Report {
 	pub expected: u64,
 	/// Of those, how many some subscription read.
 	pub present: u64,
+	/// Subscriptions that missed at least one expected group (beyond injected drops), and of
+	/// those, how many read nothing at all in the window.
+	pub short_subscriptions: usize,
+	/// See [`short_subscriptions`](Self::short_subscriptions).
+	pub empty_subscriptions: usize,
 	/// Groups the publishers dropped on purpose in the window ([`Injection`]), times subscriptions.
 	pub injected_drops: u64,
 	/// Latency of each delivered frame, microseconds: the 50th, 99th percentile and maximum.
@@ -418,7 +426,7 @@ impl Report {
 	/// One line for people.
 	pub fn summary(&self) -> String {
 		format!(
-			"{}: {} connections, {} subscriptions; {:.0} frames/s delivered over {:.1} s; latency p50 {} µs, p99 {} µs, max {} µs; groups expected {}, present {}, lost {}{}; reconnects {}, failed connects {}",
+			"{}: {} connections, {} subscriptions; {:.0} frames/s delivered over {:.1} s; latency p50 {} µs, p99 {} µs, max {} µs; groups expected {}, present {}, lost {}{}{}; reconnects {}, failed connects {}",
 			self.shape,
 			self.connections,
 			self.subscriptions,
@@ -432,6 +440,14 @@ impl Report {
 			self.lost(),
 			if self.injected_drops > 0 {
 				format!(" ({} dropped on purpose)", self.injected_drops)
+			} else {
+				String::new()
+			},
+			if self.short_subscriptions > 0 {
+				format!(
+					" ({} subscriptions short, {} of them read nothing)",
+					self.short_subscriptions, self.empty_subscriptions
+				)
 			} else {
 				String::new()
 			},
@@ -666,9 +682,14 @@ async fn coordinate(
 	for (track, tally) in shared.tallies.lock().expect("no tally holder panics").iter() {
 		let tally = tally.lock().expect("no tally holder panics");
 		let (published, dropped) = &shared.published[*track];
-		report.expected += published.load(Relaxed);
+		let (expected, present) = (published.load(Relaxed), tally.present());
+		report.expected += expected;
 		report.injected_drops += dropped.load(Relaxed);
-		report.present += tally.present();
+		report.present += present;
+		if present + dropped.load(Relaxed) < expected {
+			report.short_subscriptions += 1;
+			report.empty_subscriptions += usize::from(present == 0);
+		}
 		report.delivered += tally.latencies.len() as u64;
 		latencies.extend_from_slice(&tally.latencies);
 	}
@@ -726,7 +747,7 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 		let viewer = Origin::new(id);
 		let connected = async {
 			let endpoint = client::endpoint(shared.target.addr)?;
-			let client = client::connect(
+			let client = client::dial(
 				&endpoint,
 				shared.target.addr,
 				&shared.target.url,
@@ -768,13 +789,30 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 				)) as Pin<Box<dyn Future<Output = ()>>>
 			})
 			.collect();
-		let session = race(client.session.closed(), join_all(watchers));
+		let session = race(client.closed(), join_all(watchers));
 		let outcome = race(shared.stop.closed(), session).await;
 		shared.live.connected.fetch_sub(1, Relaxed);
 		ended = true;
-		if let Either::Left(()) = outcome {
-			client.session.close(0);
-			return;
+		match outcome {
+			Either::Left(()) => {
+				client.close(0);
+				return;
+			}
+			Either::Right(Either::Left(code)) => {
+				if shared.live.reconnects.load(Relaxed) == 0 {
+					let why = match client
+						.connection()
+						.poll_closed(&kio::Waiter::new(std::task::Waker::noop().clone()))
+					{
+						Poll::Ready(error) => error.to_string(),
+						Poll::Pending => "the connection is still open".into(),
+					};
+					eprintln!(
+						"load: a session ended with code {code} ({why}); dialling again (later ends are counted, not printed)"
+					);
+				}
+			}
+			Either::Right(Either::Right(())) => {}
 		}
 	}
 }
@@ -843,24 +881,50 @@ async fn watch(
 	let Ok(mut track) = broadcast.subscribe_track(TRACK, Subscription::default()) else {
 		return;
 	};
-	while let Ok(Some(mut group)) = track.recv_group().await {
-		let sequence = group.sequence();
-		while let Ok(Some(frame)) = group.read_frame().await {
-			let read = now_us();
-			let Some(stamp) = frame.payload.get(..8) else { continue };
-			let published = u64::from_le_bytes(stamp.try_into().expect("8 bytes"));
-			shared.live.delivered.fetch_add(1, Relaxed);
-			if seen.fetch_add(1, Relaxed) == 0
-				&& let Ok(mut ready) = shared.ready.write()
-			{
-				*ready += 1;
+	// Groups are read concurrently, as a player would: a group whose stream is slow or stalled
+	// does not hold back the ones after it (the generator must not add head-of-line blocking of
+	// its own to what it measures).
+	let mut reading: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+	let mut track_done = false;
+	std::future::poll_fn(|cx| {
+		while !track_done {
+			let next = kio::Park::new().poll(cx, |waiter| track.poll_recv_group(waiter));
+			match next {
+				Poll::Ready(Ok(Some(group))) => {
+					reading.push(Box::pin(read_group(shared.clone(), group, tally.clone(), seen.clone())))
+				}
+				Poll::Ready(_) => track_done = true,
+				Poll::Pending => break,
 			}
-			if shared.window.contains(published) {
-				tally
-					.lock()
-					.expect("no tally holder panics")
-					.record(sequence, published, read);
-			}
+		}
+		reading.retain_mut(|group| group.as_mut().poll(cx).is_pending());
+		if track_done && reading.is_empty() {
+			Poll::Ready(())
+		} else {
+			Poll::Pending
+		}
+	})
+	.await;
+}
+
+/// Reads a group's frames, tallying each.
+async fn read_group(shared: Arc<Shared>, mut group: GroupConsumer, tally: Arc<Mutex<Tally>>, seen: Arc<AtomicU64>) {
+	let sequence = group.sequence();
+	while let Ok(Some(frame)) = group.read_frame().await {
+		let read = now_us();
+		let Some(stamp) = frame.payload.get(..8) else { continue };
+		let published = u64::from_le_bytes(stamp.try_into().expect("8 bytes"));
+		shared.live.delivered.fetch_add(1, Relaxed);
+		if seen.fetch_add(1, Relaxed) == 0
+			&& let Ok(mut ready) = shared.ready.write()
+		{
+			*ready += 1;
+		}
+		if shared.window.contains(published) {
+			tally
+				.lock()
+				.expect("no tally holder panics")
+				.record(sequence, published, read);
 		}
 	}
 }

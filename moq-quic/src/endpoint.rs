@@ -179,11 +179,11 @@ fn shut(shared: &Rc<EndpointShared>, tasks: Vec<JoinHandle<()>>) {
 pub struct Endpoint(Rc<Handle>);
 
 impl Endpoint {
-	/// Binds a UDP socket at `addr` on this worker (with `SO_REUSEPORT`, so every worker can bind
-	/// the same port) and starts serving it.
+	/// Binds a UDP socket at `addr` on this worker (with `SO_REUSEPORT` when the configuration
+	/// shares the port between workers, [`Config::with_shared_port`]) and starts serving it.
 	pub fn bind(addr: SocketAddr, config: Config) -> io::Result<Self> {
 		let udp = UdpConfig::new()
-			.reuse_port(true)
+			.reuse_port(config.shared_port)
 			.gro(config.gro)
 			.recv_buffer(config.socket_buffer)
 			.send_buffer(config.socket_buffer);

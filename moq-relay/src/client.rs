@@ -193,6 +193,14 @@ impl AnyClient {
 		}
 	}
 
+	/// The QUIC connection under the session.
+	pub fn connection(&self) -> &Connection {
+		match self {
+			Self::Quic(client) => &client.connection,
+			Self::WebTransport(client) => client.transport.connection(),
+		}
+	}
+
 	/// Closes the session with `code`.
 	pub fn close(&self, code: u64) {
 		match self {

@@ -134,6 +134,8 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05, h3::ALPN])
 		.context("TLS configuration")?
 		.with_limits(limits.quic)
+		// Every worker binds the relay's port; the kernel spreads clients over them.
+		.with_shared_port(true)
 		.with_server_transport(moq_quic::windows(
 			limits.stream_window,
 			limits.connection_window,

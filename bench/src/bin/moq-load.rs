@@ -18,14 +18,15 @@ use clap::Parser;
 use moq_quic::Verification;
 use moq_relay::client::Url;
 
-/// Load a moq-lite-05 relay with publishers and subscribers over raw QUIC (each connection on
+/// Load a moq-lite-05 relay with publishers and subscribers over raw QUIC or WebTransport (each connection on
 /// its own UDP socket) and report frames delivered per second, latency (µs, from a publish time
 /// carried in every frame) and loss (groups published in the window that a subscription did not
 /// read). Prints a progress line per second, then a summary.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-	/// The relay: moqt://host:port/path[?jwt=...]; every broadcast goes under the path.
+	/// The relay: moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
+	/// (WebTransport); every broadcast goes under the path.
 	url: String,
 	/// Who publishes and who watches: fanout:N (1 broadcast, N subscribers), fanout:BxN,
 	/// chat:N (N participants, each publishing and watching all others), many:B/WxN (B announced

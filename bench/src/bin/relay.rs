@@ -76,6 +76,9 @@ struct Args {
 	/// (exact; valgrind runs the relay about 50 times slower, so --fps defaults to 5 here).
 	#[arg(long)]
 	callgrind: bool,
+	/// Dial the relays over WebTransport (https://) instead of raw QUIC.
+	#[arg(long)]
+	webtransport: bool,
 	/// Write bench/results/relay.{md,json,svg} (relay-callgrind.{md,json} with --callgrind).
 	#[arg(long)]
 	save: bool,
@@ -343,7 +346,10 @@ fn measure_running(
 	let base_rss = status_kib(pid, "VmRSS:")? * 1024;
 	let target = Target {
 		addr: format!("127.0.0.1:{port}").parse().expect("an address"),
-		url: Url::parse(&format!("moqt://localhost:{port}/bench"))?,
+		url: Url::parse(&format!(
+			"{}://localhost:{port}/bench",
+			if args.webtransport { "https" } else { "moqt" }
+		))?,
 		verification: Verification::Disabled,
 	};
 	let plan = args.load.plan(shape.clone(), false);

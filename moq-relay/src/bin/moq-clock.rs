@@ -1,4 +1,5 @@
-//! `moq-clock`: an example moq-lite-05 client. `publish` sends a clock on track `seconds`, in the
+//! `moq-clock`: an example moq-lite-05 client, over raw QUIC (`moqt://`) or WebTransport
+//! (`https://`). `publish` sends a clock on track `seconds`, in the
 //! public clock example's format, so each prints the other's: a group per minute (its sequence
 //! the minute of the hour it started, then rising), whose first frame is the `YYYY-MM-DD HH:MM:`
 //! prefix and each later frame the second, `SS`. `subscribe` prints prefix + second for every
@@ -44,12 +45,12 @@ struct Args {
 enum Command {
 	/// Publish a clock: a group per minute, a frame per second.
 	Publish {
-		/// moqt://host:port/path[?jwt=...]
+		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...] (WebTransport)
 		url: String,
 	},
 	/// Subscribe to a clock and print what arrives.
 	Subscribe {
-		/// moqt://host:port/path[?jwt=...]
+		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...] (WebTransport)
 		url: String,
 	},
 }
@@ -106,7 +107,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			..TrackInfo::default()
 		};
 		let track = broadcast.create_track(TRACK, info)?;
-		let client = client::connect(
+		let client = client::dial(
 			&endpoint,
 			addr,
 			&url,
@@ -121,14 +122,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			url.path.trim_end_matches('/'),
 			args.broadcast
 		);
-		let result = race(client.session.closed(), publish_clock(&track)).await;
+		let result = race(client.closed(), publish_clock(&track)).await;
 		match result {
 			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
 			Either::Right(result) => result,
 		}
 	} else {
 		let viewer = Origin::new(u64::from(std::process::id()).max(1));
-		let client = client::connect(
+		let client = client::dial(
 			&endpoint,
 			addr,
 			&url,
@@ -165,7 +166,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 			}
 			anyhow::Ok(())
 		};
-		match race(client.session.closed(), watch).await {
+		match race(client.closed(), watch).await {
 			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
 			Either::Right(result) => result,
 		}
