@@ -640,7 +640,7 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 			.map(|r| format!(
 				"- {}: `{}`\n",
 				r.name,
-				r.command.replace(&workspace().display().to_string(), ".")
+				r.command.replace(&format!("{}/", workspace().display()), "./")
 			))
 			.collect::<String>()
 	);
