@@ -8,7 +8,7 @@
 //! served to a viewer on worker 0 from the same track cache. Worker 0 also serves HTTP.
 //!
 //! A connection's life: QUIC handshake (ALPN `moq-lite-05` for raw QUIC, `h3` for WebTransport,
-//! whose CONNECT path and query stand for SETUP's `Path`, see [`serve_webtransport`]); SETUP exchange, the relay sending its
+//! whose CONNECT path and query stand for SETUP's `Path`, see `serve_webtransport`); SETUP exchange, the relay sending its
 //! own, within the SETUP timeout (`[limits] setup_timeout`, 10 s by default); the SETUP `Path` (with its query) is checked by [`Auth`]: its
 //! path roots the session, and the grant's publish and subscribe prefixes scope what the session
 //! may announce into and read from the origin; a token's expiry closes the session then, with
