@@ -12,6 +12,11 @@ check:
 test:
 	cargo nextest run --workspace
 
+# Browsers end to end: headless Chromium (Debian's `chromium`) with the public @moq/net client
+# through the relay; needs Node/npm (`npm ci` runs on first use).
+browser:
+	cargo nextest run -p moq-relay --test browser --run-ignored ignored-only
+
 # Loom models of kio's cross-thread handoffs (own target dir: loom changes every crate's cfg).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p kio --release --test loom

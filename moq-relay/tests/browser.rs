@@ -1,0 +1,149 @@
+//! Browsers through the relay: headless Chromium (Debian's `chromium`) runs the unmodified public
+//! `@moq/net` client (version pinned in `tests/browser/package-lock.json`) over WebTransport,
+//! pinning the relay's certificate by its hash, against an in-process relay:
+//!
+//! - a browser publisher → relay → a browser viewer (two connections): every group in order;
+//! - a native publisher (this crate's client, raw QUIC) → relay → a browser viewer;
+//! - a browser publisher → relay → a native viewer.
+//!
+//! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
+//! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
+//! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first when `node_modules` is
+//! missing.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use kio::sync::Queue;
+use moq_net::model::{Frame, Origin, Path as MoqPath, Subscription, Timestamp, TrackInfo};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// Groups each viewer reads.
+const COUNT: u64 = 30;
+
+/// Checks `got` is `COUNT` groups with consecutive sequences, each carrying its sequence as text.
+fn consecutive(scenario: &str, got: &[(u64, String)]) {
+	assert_eq!(got.len() as u64, COUNT, "{scenario}: {got:?}");
+	for (i, (sequence, text)) in got.iter().enumerate() {
+		assert_eq!(
+			*sequence,
+			got[0].0 + i as u64,
+			"{scenario}: a gap or reordering: {got:?}"
+		);
+		assert_eq!(text, &sequence.to_string(), "{scenario}: group {sequence}'s frame");
+	}
+}
+
+/// The `got` list of a scenario's JSON line: `[[sequence, text], ...]`.
+fn got(line: &Value) -> Vec<(u64, String)> {
+	line["got"]
+		.as_array()
+		.unwrap_or_else(|| panic!("no groups in {line}"))
+		.iter()
+		.map(|pair| (pair[0].as_u64().unwrap(), pair[1].as_str().unwrap().to_owned()))
+		.collect()
+}
+
+#[test]
+#[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
+fn browsers_and_native_clients_through_the_relay() {
+	let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+	if !dir.join("node_modules").exists() {
+		let status = Command::new("npm")
+			.args(["ci", "--no-audit", "--no-fund"])
+			.current_dir(&dir)
+			.status()
+			.expect("npm (Node) is needed for the browser tests");
+		assert!(status.success(), "npm ci failed");
+	}
+	let relay = Relay::start(1);
+	let url = format!("https://127.0.0.1:{}/", relay.bound.quic.port());
+	let mut node = runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		// A native publisher: a group of one frame (its sequence, as text) every 20 ms.
+		let origin = Origin::new(1);
+		let (broadcast, _publication) = origin
+			.producer()
+			.create_broadcast(&MoqPath::new("native"), Default::default())
+			.unwrap();
+		let track = broadcast.create_track("seq", TrackInfo::default()).unwrap();
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let writer = kio::spawn(async move {
+			for sequence in 0.. {
+				let mut group = track.create_group(sequence).unwrap();
+				let text = Bytes::from(sequence.to_string());
+				group
+					.write_frame(Frame::new(Timestamp::new(sequence, 1000), text))
+					.unwrap();
+				group.finish().unwrap();
+				kio::time::sleep(Duration::from_millis(20)).await;
+			}
+		});
+
+		// The browser, with its JSON lines handed over through a queue the worker can wait on.
+		let mut node = Command::new("node")
+			.arg(dir.join("run.mjs"))
+			.args([&url, &relay.bound.fingerprint])
+			.stdin(Stdio::piped())
+			.stdout(Stdio::piped())
+			.spawn()
+			.expect("node is needed for the browser tests");
+		let lines = Arc::new(Queue::unbounded());
+		let stdout = node.stdout.take().unwrap();
+		let feed = lines.clone();
+		std::thread::spawn(move || {
+			for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+				let _ = feed.try_push(line);
+			}
+			feed.close();
+		});
+		let next = async |what: &str| -> Value {
+			let line = within(LIMIT, what, lines.pop())
+				.await
+				.unwrap_or_else(|| panic!("{what}: the driver ended"));
+			let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{what}: {line}"));
+			assert!(value.get("error").is_none(), "{what}: {}", value["error"]);
+			value
+		};
+
+		let line = next("browser → browser").await;
+		assert_eq!(line["version"], "moq-lite-05", "{line}");
+		consecutive("browser → browser", &got(&line));
+
+		let line = next("native → browser").await;
+		consecutive("native → browser", &got(&line));
+
+		let line = next("browser → native").await;
+		assert_eq!(line["version"], "moq-lite-05", "{line}");
+		let viewer_origin = Origin::new(2);
+		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
+		let mut cursor = within(LIMIT, "the browser's broadcast", announced(&viewer_origin, "web"))
+			.await
+			.subscribe_track("seq", Subscription::default())
+			.unwrap();
+		let mut received = Vec::new();
+		while (received.len() as u64) < COUNT {
+			let mut group = within(LIMIT, "a browser group", cursor.recv_group())
+				.await
+				.unwrap()
+				.expect("the browser's track ended");
+			let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
+			received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
+		}
+		consecutive("browser → native", &received);
+
+		node.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+		writer.abort();
+		node
+	});
+	// The driver closes the browser and exits 0 (nextest's timeout covers a hang).
+	assert!(node.wait().unwrap().success(), "the browser driver failed");
+}
