@@ -16,9 +16,11 @@
 //! ([`h3::error_to_http3`]): stream resets, stops, and the connection close. Closing the session
 //! sends CLOSE_WEBTRANSPORT_SESSION on the CONNECT stream, then closes the connection after a
 //! short linger so the capsule can arrive; a peer's capsule (or the end of its CONNECT stream)
-//! ends the session with the peer's code. Every byte a peer makes us hold here is bounded: frame
-//! and field-section limits ([`h3::MAX_FRAME`], [`h3::MAX_FIELD_SECTION`]), and streams by the
-//! connection's stream limits.
+//! ends the session with the peer's code. What a peer makes us hold here is bounded by constants
+//! per connection: its SETTINGS (4 KiB), its CONNECT's field section ([`h3::MAX_FIELD_SECTION`],
+//! one), capsules on the CONNECT stream ([`h3::MAX_FRAME`]), and a stream header's few bytes per
+//! stream (streams bounded by the connection's stream limits); every other frame (reserved ones,
+//! GOAWAY) is dropped as it arrives, never held.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -76,6 +78,11 @@ impl From<StreamError> for Error {
 const LINGER_MIN: Duration = Duration::from_millis(50);
 const LINGER_MAX: Duration = Duration::from_secs(1);
 
+/// The peer's SETTINGS frame may be this long: a dozen settings take tens of bytes, Chromium's
+/// with GREASE about 60. Other frames on the control stream, and reserved frames anywhere, are
+/// dropped as they arrive, never held.
+const MAX_SETTINGS: usize = 4 << 10;
+
 /// A stream's bytes as they arrive, parsed from the front.
 struct Reader {
 	stream: RecvStream,
@@ -116,11 +123,17 @@ impl Reader {
 		}
 	}
 
-	/// The payload of a frame whose type was read already; `None` at the end of the stream.
-	async fn payload(&mut self, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
-		let Some(len) = self.varint().await? else {
+	/// The next frame's type and length; `None` at the end of the stream.
+	async fn header(&mut self) -> Result<Option<(u64, u64)>, StreamError> {
+		let Some(kind) = self.varint().await? else {
 			return Ok(None);
 		};
+		Ok(self.varint().await?.map(|len| (kind, len)))
+	}
+
+	/// `len` bytes of payload, held until all have come; more than `limit` is refused before any
+	/// is held. `None` at the end of the stream.
+	async fn payload(&mut self, len: u64, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
 		if len > limit as u64 {
 			return Err(ReadError::Protocol(h3::Error::TooLong));
 		}
@@ -132,12 +145,19 @@ impl Reader {
 		Ok(Some(self.buf.drain(..len as usize).collect()))
 	}
 
-	/// The next frame; `None` at the end of the stream.
-	async fn frame(&mut self, limit: usize) -> Result<Option<(u64, Vec<u8>)>, ReadError> {
-		let Some(kind) = self.varint().await? else {
-			return Ok(None);
-		};
-		Ok(self.payload(limit).await?.map(|payload| (kind, payload)))
+	/// Drops `len` bytes as they arrive, holding none of them; false at the end of the stream.
+	async fn skip(&mut self, mut len: u64) -> Result<bool, StreamError> {
+		loop {
+			let take = len.min(self.buf.len() as u64) as usize;
+			self.buf.drain(..take);
+			len -= take as u64;
+			if len == 0 {
+				return Ok(true);
+			}
+			if !self.fill().await? {
+				return Ok(false);
+			}
+		}
 	}
 
 	/// The stream, and the bytes read past what was parsed.
@@ -287,8 +307,18 @@ async fn classify_uni(shared: Rc<Shared>, stream: RecvStream) {
 
 /// The peer's control stream: SETTINGS first, then frames we have no use for, never its end.
 async fn control_stream(shared: &Shared, mut reader: Reader) {
-	match reader.frame(h3::MAX_FRAME).await {
-		Ok(Some((frame_type::SETTINGS, payload))) => match Settings::decode(&payload) {
+	let closed = |shared: &Shared| {
+		if shared.conn.poll_closed(&noop_waiter()).is_pending() {
+			shared.fail(code::CLOSED_CRITICAL_STREAM, "the control stream closed");
+		}
+	};
+	let payload = match reader.header().await {
+		Ok(Some((frame_type::SETTINGS, len))) => reader.payload(len, MAX_SETTINGS).await,
+		Ok(Some(_)) => return shared.fail(code::MISSING_SETTINGS, "the control stream did not start with SETTINGS"),
+		Ok(None) | Err(_) => return closed(shared),
+	};
+	match payload {
+		Ok(Some(payload)) => match Settings::decode(&payload) {
 			Ok(settings) => {
 				if let Ok(mut slot) = shared.settings.write() {
 					*slot = Some(settings);
@@ -296,26 +326,21 @@ async fn control_stream(shared: &Shared, mut reader: Reader) {
 			}
 			Err(err) => return shared.fail(err.code(), "malformed SETTINGS"),
 		},
-		Ok(Some(_)) => return shared.fail(code::MISSING_SETTINGS, "the control stream did not start with SETTINGS"),
-		Ok(None) | Err(ReadError::Stream(_)) => {
-			return shared.fail(code::CLOSED_CRITICAL_STREAM, "the control stream closed");
-		}
-		Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "a control frame too long"),
+		Ok(None) | Err(ReadError::Stream(_)) => return closed(shared),
+		Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "SETTINGS too long"),
 	}
 	loop {
-		match reader.frame(h3::MAX_FRAME).await {
+		match reader.header().await {
 			Ok(Some((frame_type::SETTINGS | frame_type::DATA | frame_type::HEADERS, _))) => {
 				return shared.fail(code::FRAME_UNEXPECTED, "a frame not allowed on the control stream");
 			}
-			// GOAWAY and anything unknown: nothing to do for one session.
-			Ok(Some(_)) => {}
-			Ok(None) | Err(ReadError::Stream(_)) => {
-				if shared.conn.poll_closed(&noop_waiter()).is_pending() {
-					shared.fail(code::CLOSED_CRITICAL_STREAM, "the control stream closed");
+			// GOAWAY and anything unknown: nothing to do for one session; dropped unheld.
+			Ok(Some((_, len))) => {
+				if !matches!(reader.skip(len).await, Ok(true)) {
+					return closed(shared);
 				}
-				return;
 			}
-			Err(ReadError::Protocol(err)) => return shared.fail(err.code(), "a control frame too long"),
+			Ok(None) | Err(_) => return closed(shared),
 		}
 	}
 }
@@ -340,7 +365,8 @@ async fn classify_bi(shared: Rc<Shared>, mut send: SendStream, recv: RecvStream)
 					reader.stream.stop(code::REQUEST_REJECTED);
 					return;
 				}
-				let fields = match reader.payload(h3::MAX_FIELD_SECTION).await {
+				let Ok(Some(len)) = reader.varint().await else { return };
+				let fields = match reader.payload(len, h3::MAX_FIELD_SECTION).await {
 					Ok(Some(block)) => h3::decode_fields(&block),
 					Ok(None) | Err(ReadError::Stream(_)) => return,
 					Err(ReadError::Protocol(err)) => Err(err),
@@ -349,9 +375,10 @@ async fn classify_bi(shared: Rc<Shared>, mut send: SendStream, recv: RecvStream)
 				let _ = shared.requests.try_push((send, recv, fields));
 				return;
 			}
-			// Reserved frame types before the request are skipped (RFC 9114 §7.2.8).
+			// Reserved frame types before the request are skipped (RFC 9114 §7.2.8), unheld.
 			kind if h3::is_grease(kind) => {
-				if !matches!(reader.payload(h3::MAX_FRAME).await, Ok(Some(_))) {
+				let Ok(Some(len)) = reader.varint().await else { return };
+				if !matches!(reader.skip(len).await, Ok(true)) {
 					return;
 				}
 			}
@@ -445,7 +472,21 @@ pub async fn connect(conn: &Connection, request: &ConnectRequest) -> Result<(Web
 	send.write(Bytes::from(bytes)).await?;
 	let mut reader = Reader::new(recv);
 	let response = loop {
-		match reader.frame(h3::MAX_FIELD_SECTION).await {
+		let frame = match reader.header().await {
+			Ok(Some((frame_type::HEADERS, len))) => reader
+				.payload(len, h3::MAX_FIELD_SECTION)
+				.await
+				.map(|block| block.map(|block| (frame_type::HEADERS, block))),
+			Ok(Some((kind, len))) if h3::is_grease(kind) => match reader.skip(len).await {
+				Ok(true) => continue,
+				Ok(false) => Ok(None),
+				Err(err) => Err(ReadError::Stream(err)),
+			},
+			Ok(Some((kind, _))) => Ok(Some((kind, Vec::new()))),
+			Ok(None) => Ok(None),
+			Err(err) => Err(ReadError::Stream(err)),
+		};
+		match frame {
 			Ok(Some((frame_type::HEADERS, block))) => {
 				match h3::decode_fields(&block).and_then(|fields| ConnectResponse::from_fields(&fields)) {
 					Ok(response) => break response,
@@ -455,7 +496,6 @@ pub async fn connect(conn: &Connection, request: &ConnectRequest) -> Result<(Web
 					}
 				}
 			}
-			Ok(Some((kind, _))) if h3::is_grease(kind) => {}
 			Ok(Some(_)) => {
 				shared.fail(code::FRAME_UNEXPECTED, "a frame before the response");
 				return Err(Error::Protocol(h3::Error::Message("a frame before the response")));
@@ -575,7 +615,21 @@ async fn watch_connect_stream(shared: Rc<Shared>, recv: RecvStream) {
 	let mut reader = Reader::new(recv);
 	let mut capsules: Vec<u8> = Vec::new();
 	let code = loop {
-		match reader.frame(h3::MAX_FRAME).await {
+		let frame = match reader.header().await {
+			Ok(Some((frame_type::DATA, len))) => reader
+				.payload(len, h3::MAX_FRAME)
+				.await
+				.map(|data| data.map(|data| (frame_type::DATA, data))),
+			// Other frames (reserved ones) are dropped unheld.
+			Ok(Some((_, len))) => match reader.skip(len).await {
+				Ok(true) => continue,
+				Ok(false) => Ok(None),
+				Err(err) => Err(ReadError::Stream(err)),
+			},
+			Ok(None) => Ok(None),
+			Err(err) => Err(ReadError::Stream(err)),
+		};
+		match frame {
 			Ok(Some((frame_type::DATA, data))) => {
 				capsules.extend_from_slice(&data);
 				if capsules.len() > h3::MAX_FRAME {

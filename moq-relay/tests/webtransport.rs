@@ -325,3 +325,35 @@ fn unknown_streams_and_foreign_sessions_are_refused_and_the_session_lives_on() {
 		let _ = StreamError::Closed;
 	});
 }
+
+#[test]
+fn reserved_frames_before_the_connect_are_dropped_unheld() {
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let conn = h3_connection(&relay, &endpoint, true).await;
+		// A 256 KiB reserved frame (type 0x21, GREASE), longer than any frame the relay would hold,
+		// then the request: the first is dropped as it arrives, the second answered.
+		let mut bytes = Vec::new();
+		h3::put_frame(&mut bytes, 0x21, &vec![7; 256 << 10]);
+		request("/").encode(&mut bytes);
+		let (mut send, mut recv) = conn.open_bi().await.unwrap();
+		send.write(Bytes::from(bytes)).await.unwrap();
+		let mut answer = Vec::new();
+		let status = loop {
+			let chunk = within(LIMIT, "the answer", recv.read())
+				.await
+				.unwrap()
+				.expect("an answer");
+			answer.extend_from_slice(&chunk);
+			let mut view = answer.as_slice();
+			if let Ok((kind, block)) = h3::get_frame(&mut view, h3::MAX_FIELD_SECTION) {
+				assert_eq!(kind, frame_type::HEADERS);
+				break ConnectResponse::from_fields(&h3::decode_fields(block).unwrap())
+					.unwrap()
+					.status;
+			}
+		};
+		assert_eq!(status, 200);
+	});
+}
