@@ -324,7 +324,12 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
 		return;
 	};
-	serve_session(&shared, conn, config, peer, grant, remote, worker, shutdown).await;
+	let link = Link {
+		remote,
+		worker,
+		transport: "quic",
+	};
+	serve_session(&shared, conn, config, peer, grant, link, shutdown).await;
 }
 
 /// A WebTransport connection (ALPN `h3`): the CONNECT's path and query play the part of the raw
@@ -383,7 +388,12 @@ async fn serve_webtransport(
 			return;
 		}
 	};
-	serve_session(shared, transport, config, peer, grant, remote, worker, shutdown).await;
+	let link = Link {
+		remote,
+		worker,
+		transport: "webtransport",
+	};
+	serve_session(shared, transport, config, peer, grant, link, shutdown).await;
 }
 
 /// Checks `url` (path and query); the grant, or `None` (counted and logged) when refused.
@@ -398,19 +408,29 @@ fn authorize(shared: &Shared, url: &str, remote: SocketAddr) -> Option<Grant> {
 	}
 }
 
+/// Where a session runs: its peer, its worker, and the transport's name for the logs.
+struct Link {
+	remote: SocketAddr,
+	worker: usize,
+	transport: &'static str,
+}
+
 /// Runs an authorized session over `transport` (raw QUIC or WebTransport: every line here is
 /// the same) until it closes, its token expires or the relay shuts down.
-#[allow(clippy::too_many_arguments)]
 async fn serve_session<T: Transport + Clone + 'static>(
 	shared: &Shared,
 	transport: T,
 	config: session::Config,
 	peer: session::PeerSetup,
 	grant: Grant,
-	remote: SocketAddr,
-	worker: usize,
+	link: Link,
 	shutdown: Consumer<()>,
 ) {
+	let Link {
+		remote,
+		worker,
+		transport: kind,
+	} = link;
 	let root: &Path = &grant.root;
 	// What the peer may watch is what this session publishes to it, and the other way round.
 	let publish =
@@ -419,7 +439,7 @@ async fn serve_session<T: Transport + Clone + 'static>(
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let _worker_session = Decrement(&shared.worker_sessions[worker]);
-	info!(%remote, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
+	info!(%remote, transport = kind, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
 	let session = session::start(transport, config, peer, publish, subscribe);
 	let expiry = async {
 		match grant.remaining(SystemTime::now()) {
