@@ -34,6 +34,9 @@ for rev in "$@"; do
 	tree="$(dirname "$top")/$(basename "$top")-bench-$sha"
 	if [ ! -d "$tree" ]; then
 		git worktree add --detach --quiet "$tree" "$sha"
+	else
+		# A worktree left at another commit (by hand) must not pass for this one.
+		git -C "$tree" checkout --detach --quiet "$sha"
 	fi
 	run_at "$tree" "$rev" "$out/$sha.json"
 	columns+=(--label "$rev ($sha)" "$out/$sha.json")

@@ -39,7 +39,7 @@
 //! taken out of the state and woken after it is released.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::task::Poll;
 
@@ -49,6 +49,7 @@ use kio::{Waiter, WaiterList};
 use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
 
 use crate::endpoint::{Endpoint, EndpointShared, Outgoing};
+use crate::idhash::IdMap;
 use crate::scheduler::{After, GroupId, Scheduler, StreamSlot};
 use crate::stream::{RecvStream, SendStream};
 
@@ -166,13 +167,13 @@ pub(crate) struct ConnState {
 	accept_waiters: [WaiterList; 2],
 	open_waiters: [WaiterList; 2],
 	datagram_waiters: WaiterList,
-	streams: HashMap<StreamId, StreamState>,
+	streams: IdMap<StreamId, StreamState>,
 	/// Streams the peer opened that were accepted, by direction: the peer's streams are accepted
 	/// in order, so one whose index is at least this is still waiting.
 	accepted: [u64; 2],
 	/// STOP_SENDING for the peer's bidirectional streams not accepted yet, applied at accept.
-	early_stops: HashMap<StreamId, u64>,
-	groups: HashMap<u64, SharedGroup>,
+	early_stops: IdMap<StreamId, u64>,
+	groups: IdMap<u64, SharedGroup>,
 	scheduler: Scheduler,
 	gso_segments: usize,
 	/// An estimate, never above the truth, of the stream bytes quinn-proto was given and has not
@@ -211,10 +212,10 @@ impl ConnShared {
 				accept_waiters: [WaiterList::new(), WaiterList::new()],
 				open_waiters: [WaiterList::new(), WaiterList::new()],
 				datagram_waiters: WaiterList::new(),
-				streams: HashMap::new(),
+				streams: IdMap::default(),
 				accepted: [0, 0],
-				early_stops: HashMap::new(),
-				groups: HashMap::new(),
+				early_stops: IdMap::default(),
+				groups: IdMap::default(),
 				scheduler: Scheduler::new(QUANTUM),
 				gso_segments,
 				unsent: 0,

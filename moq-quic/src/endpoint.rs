@@ -18,7 +18,7 @@
 //! debug builds.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +33,7 @@ use kio::{JoinHandle, Waiter, WaiterList};
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 
 use crate::connection::{self, ConnShared, Connection};
+use crate::idhash::IdMap;
 use crate::limits::Admit;
 use crate::sim;
 use crate::{Config, ConnectError};
@@ -84,9 +85,9 @@ pub(crate) enum Io {
 pub(crate) struct EndpointState {
 	pub(crate) proto: quinn_proto::Endpoint,
 	pub(crate) config: Config,
-	conns: HashMap<ConnectionHandle, Rc<ConnShared>>,
+	conns: IdMap<ConnectionHandle, Rc<ConnShared>>,
 	/// Server connections still handshaking, with the address the budget charged.
-	handshaking: HashMap<ConnectionHandle, IpAddr>,
+	handshaking: IdMap<ConnectionHandle, IpAddr>,
 	accepted: VecDeque<Connection>,
 	accept_waiters: WaiterList,
 	drain_waiters: WaiterList,
@@ -104,7 +105,7 @@ pub(crate) struct EndpointShared {
 	io: Io,
 	local: SocketAddr,
 	/// Connection drivers, aborted with the endpoint.
-	drivers: RefCell<HashMap<ConnectionHandle, JoinHandle<()>>>,
+	drivers: RefCell<IdMap<ConnectionHandle, JoinHandle<()>>>,
 }
 
 struct Handle {
@@ -211,9 +212,9 @@ impl Endpoint {
 			state: RefCell::new(EndpointState {
 				proto,
 				config,
-				conns: HashMap::new(),
+				conns: IdMap::default(),
 				accepted: VecDeque::new(),
-				handshaking: HashMap::new(),
+				handshaking: IdMap::default(),
 				accept_waiters: WaiterList::new(),
 				drain_waiters: WaiterList::new(),
 				tx: VecDeque::new(),
@@ -226,7 +227,7 @@ impl Endpoint {
 			}),
 			io,
 			local,
-			drivers: RefCell::new(HashMap::new()),
+			drivers: RefCell::new(IdMap::default()),
 		});
 		let tasks = vec![kio::spawn(receive(shared.clone())), kio::spawn(send(shared.clone()))];
 		Self(Rc::new(Handle { shared, tasks }))

@@ -25,6 +25,7 @@
 mod connection;
 mod endpoint;
 pub mod h3;
+mod idhash;
 pub mod limits;
 #[cfg(feature = "moq")]
 mod moq;

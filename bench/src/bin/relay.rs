@@ -149,18 +149,12 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 		let sha = git(&top, &["rev-parse", "--short", &format!("{rev}^{{commit}}")])?;
 		let name = top.file_name().and_then(|n| n.to_str()).unwrap_or("tree");
 		let tree = top.with_file_name(format!("{name}-bench-{sha}"));
-		if !tree.exists() {
-			git(
-				&top,
-				&[
-					"worktree",
-					"add",
-					"--detach",
-					"--quiet",
-					&tree.display().to_string(),
-					&sha,
-				],
-			)?;
+		if tree.exists() {
+			// A worktree left at another commit (by hand) must not pass for this one.
+			git(&tree, &["checkout", "--detach", "--quiet", &sha])?;
+		} else {
+			let path = tree.display().to_string();
+			git(&top, &["worktree", "add", "--detach", "--quiet", &path, &sha])?;
 		}
 		relays.push(Relay {
 			name: format!("{rev} ({sha})"),
