@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use bytes::{BufMut as _, BytesMut};
 use kio::sync::{Consumer, Producer, Queue};
+use moq_net::lite::session;
 use moq_net::model::{
 	Frame, GroupConsumer, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
 };
@@ -526,6 +527,8 @@ struct Shared {
 	published: Vec<(AtomicU64, AtomicU64)>,
 	/// Per subscription: its track and its tally.
 	tallies: Mutex<Vec<(usize, Arc<Mutex<Tally>>)>>,
+	/// Broadcasts announced in all (what a viewer may have to mirror).
+	announced: usize,
 }
 
 /// Runs `plan` against `target` on a runtime of its own; `live` is kept current and `events`
@@ -565,6 +568,7 @@ pub fn run(
 		handshakes,
 		published: (0..tracks).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
 		tallies: Mutex::new(Vec::new()),
+		announced: connections.iter().map(|c| c.publish.len()).sum(),
 	});
 	let workers = runtime.workers();
 	let report = runtime.block_on(coordinate(shared, connections, workers, events));
@@ -747,7 +751,13 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 		let viewer = Origin::new(id);
 		let connected = async {
 			let endpoint = client::endpoint(shared.target.addr)?;
-			let client = client::dial(
+			// A viewer mirrors every announcement under the URL's path: with the default limit
+			// (1,024) the many-broadcasts shape would hide most broadcasts from it.
+			let limits = session::Limits {
+				announces: shared.announced.max(session::Limits::default().announces),
+				..session::Limits::default()
+			};
+			let client = client::dial_limited(
 				&endpoint,
 				shared.target.addr,
 				&shared.target.url,
@@ -755,6 +765,7 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 				id,
 				(!spec.publish.is_empty()).then(|| local.consumer()),
 				(!spec.watch.is_empty()).then(|| viewer.producer()),
+				limits,
 			)
 			.await?;
 			anyhow::Ok((endpoint, client))

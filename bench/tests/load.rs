@@ -134,3 +134,17 @@ fn a_chat_without_injection_loses_nothing() {
 	// The live counter saw the window's frames and the ramp's.
 	assert!(live.delivered.load(std::sync::atomic::Ordering::Relaxed) >= report.delivered);
 }
+
+#[test]
+fn many_broadcasts_are_all_visible_past_the_default_announce_limit() {
+	// 5,000 announced broadcasts over five publishers, more than a client session mirrors by
+	// default (1,024): the generator's viewers raise their limit to what the shape announces, so
+	// the watched ones are always among those they see.
+	let relay = Relay::start();
+	let mut plan = plan("many:5000/5x2");
+	plan.steady = Duration::from_secs(1);
+	let report = load::run(&plan, &relay.target(), Arc::new(Live::default()), None).unwrap();
+	assert_eq!((report.connections, report.subscriptions), (5 + 10, 10));
+	assert!(report.expected > 0);
+	assert_eq!(report.lost(), 0, "{report:?}");
+}

@@ -102,6 +102,23 @@ pub async fn connect(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> anyhow::Result<Client> {
+	let limits = session::Limits::default();
+	connect_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
+}
+
+/// [`connect`], with what the relay may make this client hold (the announcements it mirrors,
+/// say) as `limits` says.
+#[allow(clippy::too_many_arguments)]
+pub async fn connect_limited(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	origin: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+	limits: session::Limits,
+) -> anyhow::Result<Client> {
 	let client = moq_quic::Config::new().with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
@@ -109,6 +126,7 @@ pub async fn connect(
 		origin,
 		path: Some(url.path.clone()),
 		role: role(&publish, &subscribe),
+		limits,
 		..session::Config::default()
 	};
 	let peer = session::setup(&connection, &config).await.context("SETUP")?;
@@ -143,6 +161,22 @@ pub async fn connect_webtransport(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> anyhow::Result<WebTransportClient> {
+	let limits = session::Limits::default();
+	connect_webtransport_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
+}
+
+/// [`connect_webtransport`] with `limits` (see [`connect_limited`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn connect_webtransport_limited(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	origin: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+	limits: session::Limits,
+) -> anyhow::Result<WebTransportClient> {
 	let client = moq_quic::Config::new().with_client(verification, &[h3::ALPN])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
@@ -164,6 +198,7 @@ pub async fn connect_webtransport(
 		origin,
 		path: None,
 		role: role(&publish, &subscribe),
+		limits,
 		..session::Config::default()
 	};
 	let peer = session::setup(&transport, &config).await.context("SETUP")?;
@@ -220,12 +255,28 @@ pub async fn dial(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> anyhow::Result<AnyClient> {
+	let limits = session::Limits::default();
+	dial_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
+}
+
+/// [`dial`] with `limits` (see [`connect_limited`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn dial_limited(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	origin: u64,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+	limits: session::Limits,
+) -> anyhow::Result<AnyClient> {
 	Ok(if url.webtransport {
 		AnyClient::WebTransport(
-			connect_webtransport(endpoint, addr, url, verification, origin, publish, subscribe).await?,
+			connect_webtransport_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await?,
 		)
 	} else {
-		AnyClient::Quic(connect(endpoint, addr, url, verification, origin, publish, subscribe).await?)
+		AnyClient::Quic(connect_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await?)
 	})
 }
 
