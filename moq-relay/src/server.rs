@@ -220,7 +220,11 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 			http: http.as_ref().map(|(_, addr)| *addr),
 			fingerprint,
 		});
-		info!(relay = shared.relay_id, workers = kio::worker_count(), %quic_addr, "serving");
+		let http_addr = http
+			.as_ref()
+			.map(|(_, addr)| addr.to_string())
+			.unwrap_or_else(|| "none".into());
+		info!(relay = shared.relay_id, workers = kio::worker_count(), %quic_addr, %http_addr, "serving");
 		serve_worker(shared, endpoint, 0, shutdown).await;
 		for worker in workers {
 			let _ = worker.await;

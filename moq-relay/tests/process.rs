@@ -141,7 +141,9 @@ fn a_closed_stdout_does_not_stop_the_relay() {
 	let rx = lines(child.stderr.take().unwrap());
 	let mut log = String::new();
 	let start = Instant::now();
-	let quic: SocketAddr = loop {
+	// HTTP takes the QUIC port number on TCP when it is free, another port otherwise: the address
+	// is read from the same line.
+	let http_addr: SocketAddr = loop {
 		let left = LIMIT.saturating_sub(start.elapsed());
 		let Ok(line) = rx.recv_timeout(left) else {
 			let _ = child.kill();
@@ -151,15 +153,15 @@ fn a_closed_stdout_does_not_stop_the_relay() {
 		log.push_str(&line);
 		log.push('\n');
 		if line.contains("serving")
-			&& let Some(addr) = line.split_whitespace().find_map(|word| word.strip_prefix("quic_addr="))
+			&& let Some(addr) = line.split_whitespace().find_map(|word| word.strip_prefix("http_addr="))
 		{
-			break addr.parse().expect("the logged QUIC address");
+			break addr.parse().expect("the logged HTTP address");
 		}
 	};
 	let health = kio::Builder::single()
 		.build()
 		.unwrap()
-		.block_on(async { within(Duration::from_secs(5), "/health", http::get(quic, "/health")).await });
+		.block_on(async { within(Duration::from_secs(5), "/health", http::get(http_addr, "/health")).await });
 	let running = child.try_wait().unwrap();
 	if running.is_none() {
 		let _ = child.kill();
