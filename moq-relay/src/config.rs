@@ -48,9 +48,9 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 #[command(
 	name = "moq-relay",
 	version,
-	about = "A Media-over-QUIC relay for moq-lite-05 clients.",
-	long_about = "A Media-over-QUIC relay for moq-lite-05 clients (raw QUIC, ALPN moq-lite-05, \
-		moqt://host:port/path).\n\nWith no arguments it serves QUIC on UDP [::]:4443 and HTTP on TCP \
+	about = "A Media-over-QUIC relay for moq-lite clients (05, and 04/03 for older ones).",
+	long_about = "A Media-over-QUIC relay for moq-lite clients: raw QUIC (ALPN moq-lite-05, -04 or -03, \
+		moqt://host:port/path) and WebTransport for browsers (ALPN h3, https://host:port/path).\n\nWith no arguments it serves QUIC on UDP [::]:4443 and HTTP on TCP \
 		[::]:4443, with a certificate generated for localhost and anonymous access everywhere.",
 	after_long_help = "The optional CONFIG file is TOML with the same options; flags override it. Example:\n\n  \
 		listen = \"[::]:4443\"\n  workers = 4\n  log_level = \"info\"\n  shutdown_timeout = \"5s\"\n  \

@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use kio::net::TcpListener;
 use kio::sync::{Consumer, Producer, Queue};
-use moq_net::lite::ErrorCode;
 use moq_net::lite::session::{self, Counters};
+use moq_net::lite::{ErrorCode, Version};
 use moq_net::model::{Origin, Path, Pool};
 use moq_net::transport::Transport;
 use moq_quic::webtransport;
@@ -131,7 +131,15 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 	let auth = Auth::new(&config.auth)?;
 	let limits = config.limits;
 	let quic = moq_quic::Config::new()
-		.with_server(&certificate, &[moq_quic::ALPN_MOQ_LITE_05, h3::ALPN])
+		.with_server(
+			&certificate,
+			&[
+				Version::Lite05.alpn(),
+				Version::Lite04.alpn(),
+				Version::Lite03.alpn(),
+				h3::ALPN,
+			],
+		)
 		.context("TLS configuration")?
 		.with_limits(limits.quic)
 		// Every worker binds the relay's port; the kernel spreads clients over them.
@@ -296,14 +304,16 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		.limits
 		.session_cache
 		.unwrap_or_else(|| shared.pool.capacity() / 4);
+	let alpn = conn.alpn().unwrap_or_default();
 	let config = session::Config {
 		origin: shared.relay_id,
 		pool: Some(shared.pool.child(share)),
 		counters: Some(shared.counters.clone()),
 		limits: shared.limits.session,
+		version: Version::from_alpn(&alpn).unwrap_or_default(),
 		..session::Config::default()
 	};
-	if conn.alpn().as_deref() == Some(h3::ALPN) {
+	if alpn == h3::ALPN {
 		return serve_webtransport(&shared, conn, config, worker, shutdown).await;
 	}
 	let peer = match race(
@@ -369,13 +379,19 @@ async fn serve_webtransport(
 		);
 		return;
 	};
-	// The first of the client's sub-protocols we speak; none offered means SETUP decides.
+	// The first of the client's sub-protocols we speak (in the client's order); none offered
+	// means moq-lite-05 and its SETUP.
 	let protocol = request
 		.connect
 		.protocols
 		.iter()
-		.find(|p| p.as_bytes() == moq_quic::ALPN_MOQ_LITE_05)
+		.find(|p| Version::from_alpn(p.as_bytes()).is_some())
 		.cloned();
+	let mut config = config;
+	config.version = protocol
+		.as_deref()
+		.and_then(|p| Version::from_alpn(p.as_bytes()))
+		.unwrap_or_default();
 	if protocol.is_none() && !request.connect.protocols.is_empty() {
 		debug!(%remote, offered = ?request.connect.protocols, "no sub-protocol in common");
 	}

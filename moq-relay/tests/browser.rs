@@ -4,7 +4,9 @@
 //!
 //! - a browser publisher → relay → a browser viewer (two connections): every group in order;
 //! - a native publisher (this crate's client, raw QUIC) → relay → a browser viewer;
-//! - a browser publisher → relay → a native viewer.
+//! - a browser publisher → relay → a native viewer;
+//! - the same two with the older `@moq/lite` 0.2.2, which offers moq-lite-04 and -03 only: the
+//!   relay negotiates 04 with it, and the native side speaks 05.
 //!
 //! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
 //! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
@@ -121,24 +123,31 @@ fn browsers_and_native_clients_through_the_relay() {
 		let line = next("native → browser").await;
 		consecutive("native → browser", &got(&line));
 
+		let line = next("native → browser on moq-lite-04").await;
+		assert_eq!(line["version"], "moq-lite-04", "{line}");
+		consecutive("native → @moq/lite (04)", &got(&line));
+
 		let line = next("browser → native").await;
 		assert_eq!(line["version"], "moq-lite-05", "{line}");
+		assert_eq!(line["version04"], "moq-lite-04", "{line}");
 		let viewer_origin = Origin::new(2);
 		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
-		let mut cursor = within(LIMIT, "the browser's broadcast", announced(&viewer_origin, "web"))
-			.await
-			.subscribe_track("seq", Subscription::default())
-			.unwrap();
-		let mut received = Vec::new();
-		while (received.len() as u64) < COUNT {
-			let mut group = within(LIMIT, "a browser group", cursor.recv_group())
+		for (name, scenario) in [("web", "browser → native"), ("web04", "@moq/lite (04) → native")] {
+			let mut cursor = within(LIMIT, scenario, announced(&viewer_origin, name))
 				.await
-				.unwrap()
-				.expect("the browser's track ended");
-			let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
-			received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
+				.subscribe_track("seq", Subscription::default())
+				.unwrap();
+			let mut received = Vec::new();
+			while (received.len() as u64) < COUNT {
+				let mut group = within(LIMIT, "a browser group", cursor.recv_group())
+					.await
+					.unwrap()
+					.expect("the browser's track ended");
+				let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
+				received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
+			}
+			consecutive(scenario, &received);
 		}
-		consecutive("browser → native", &received);
 
 		node.stdin.take().unwrap().write_all(b"stop\n").unwrap();
 		writer.abort();

@@ -83,6 +83,13 @@ impl Version {
 	}
 }
 
+impl Default for Version {
+	/// moq-lite-05, the current version.
+	fn default() -> Self {
+		Self::Lite05
+	}
+}
+
 impl std::fmt::Display for Version {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
 		f.write_str(std::str::from_utf8(self.alpn()).expect("ASCII"))

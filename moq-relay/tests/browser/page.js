@@ -1,6 +1,7 @@
 // The browser side of moq-relay's browser tests (../browser.rs), bundled by run.mjs with esbuild:
 // the unmodified public @moq/net client, driven through `window.moq`.
 import { Broadcast, Connection, Path } from "@moq/net";
+import * as Lite from "@moq/lite";
 
 // Connects over WebTransport, pinning the relay's certificate by its SHA-256 (hex). No WebSocket
 // fallback: the relay serves WebTransport, and a race with a fallback would make runs differ.
@@ -51,6 +52,61 @@ async function watch(conn, name, count) {
 	return got;
 }
 
+// The older public client, `@moq/lite` 0.2.2: it offers moq-lite-04 and -03 only (no 05).
+const lite04 = {
+	async connect(url, fingerprint) {
+		const hash = new Uint8Array(fingerprint.match(/../g).map((byte) => parseInt(byte, 16)));
+		return await Lite.Connection.connect(new URL(url), {
+			webtransport: { serverCertificateHashes: [{ algorithm: "sha-256", value: hash }] },
+			websocket: { enabled: false },
+		});
+	},
+	// Serves broadcast `name`: each track asked for gets a group of one frame (its sequence, as
+	// text) every `interval` ms.
+	publish(conn, name, interval) {
+		const broadcast = new Lite.Broadcast();
+		conn.publish(Lite.Path.from(name), broadcast);
+		const timers = [];
+		(async () => {
+			for (;;) {
+				const request = await broadcast.requested();
+				if (!request) return;
+				timers.push(
+					setInterval(() => {
+						const group = request.track.appendGroup();
+						group.writeString(String(group.sequence));
+						group.close();
+					}, interval),
+				);
+			}
+		})();
+		return {
+			stop() {
+				for (const timer of timers) clearInterval(timer);
+				broadcast.close();
+			},
+		};
+	},
+	async watch(conn, name, count) {
+		const announced = conn.announced(Lite.Path.empty());
+		for (;;) {
+			const entry = await announced.next();
+			if (!entry) throw new Error("announcements ended before " + name);
+			if (entry.path === name && entry.active) break;
+		}
+		announced.close();
+		const track = conn.consume(Lite.Path.from(name)).subscribe("seq", 0);
+		const got = [];
+		while (got.length < count) {
+			const group = await track.recvGroup();
+			if (!group) throw new Error("the track ended after " + got.length + " groups");
+			got.push([group.sequence, await group.readString()]);
+		}
+		track.close();
+		return got;
+	},
+};
+
 window.moq = {
 	// A browser publisher and a browser viewer, on two connections through the relay.
 	async browserToBrowser(url, fingerprint, count) {
@@ -74,14 +130,28 @@ window.moq = {
 			viewer.close();
 		}
 	},
-	// A browser publisher for a native viewer; it runs until `stop`.
-	async publishForNative(url, fingerprint, name) {
+	// Browser publishers for a native viewer, `@moq/net` (as `name`) and `@moq/lite` on
+	// moq-lite-04 (as `name04`); they run until `stop`.
+	async publishForNative(url, fingerprint, name, name04) {
 		const publisher = await connect(url, fingerprint);
 		const running = publish(publisher, name, 20);
+		const publisher04 = await lite04.connect(url, fingerprint);
+		const running04 = lite04.publish(publisher04, name04, 20);
 		this.stop = () => {
 			running.stop();
 			publisher.close();
+			running04.stop();
+			publisher04.close();
 		};
-		return { version: publisher.version };
+		return { version: publisher.version, version04: publisher04.version };
+	},
+	// A `@moq/lite` (moq-lite-04) viewer of a native publisher's broadcast.
+	async watchNative04(url, fingerprint, name, count) {
+		const viewer = await lite04.connect(url, fingerprint);
+		try {
+			return { version: viewer.version, got: await lite04.watch(viewer, name, count) };
+		} finally {
+			viewer.close();
+		}
 	},
 };

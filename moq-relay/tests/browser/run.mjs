@@ -37,14 +37,21 @@ const browser = await puppeteer.launch({
 });
 try {
 	const page = await browser.newPage();
-	page.on("console", (message) => console.error(`[page ${message.type()}] ${message.text()}`));
+	page.on("console", async (message) => {
+		// Errors are handles: say what they hold.
+		const args = await Promise.all(
+			message.args().map((arg) => arg.evaluate((v) => (v instanceof Error ? `${v.name}: ${v.message}` : String(v))).catch(() => "?")),
+		);
+		console.error(`[page ${message.type()}] ${args.join(" ")}`);
+	});
 	page.on("pageerror", (error) => console.error(`[page error] ${error}`));
 	await page.goto(`http://127.0.0.1:${server.address().port}/`);
 	await page.waitForFunction(() => window.moq !== undefined);
 
 	emit({ scenario: "browser-to-browser", ...(await page.evaluate((u, f) => window.moq.browserToBrowser(u, f, 30), relay, fingerprint)) });
 	emit({ scenario: "native-to-browser", ...(await page.evaluate((u, f) => window.moq.watchNative(u, f, "native", 30), relay, fingerprint)) });
-	emit({ scenario: "browser-to-native", ...(await page.evaluate((u, f) => window.moq.publishForNative(u, f, "web"), relay, fingerprint)) });
+	emit({ scenario: "native-to-lite04", ...(await page.evaluate((u, f) => window.moq.watchNative04(u, f, "native", 30), relay, fingerprint)) });
+	emit({ scenario: "browser-to-native", ...(await page.evaluate((u, f) => window.moq.publishForNative(u, f, "web", "web04"), relay, fingerprint)) });
 	for await (const line of readline.createInterface({ input: process.stdin })) {
 		if (line.trim() === "stop") break;
 	}

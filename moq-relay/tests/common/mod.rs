@@ -349,7 +349,9 @@ impl Running {
 				let stderr = stderr.join().unwrap_or_default();
 				panic!("the relay did not say where it listens; stderr:\n{stderr}");
 			};
-			if let Some(addr) = line.strip_prefix("moq-relay: QUIC (ALPN moq-lite-05) on udp ") {
+			if let Some(addr) =
+				line.strip_prefix("moq-relay: QUIC (moq-lite-05, -04, -03; WebTransport over h3) on udp ")
+			{
 				quic = Some(addr.parse::<SocketAddr>().expect("the QUIC address"));
 			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP on tcp ") {
 				let addr = rest.split_once(": ").map_or(rest, |(addr, _)| addr);

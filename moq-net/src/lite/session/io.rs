@@ -10,7 +10,7 @@ use kio::Waiter;
 use super::SessionError;
 use super::budget::{Budget, Resource};
 use crate::coding::{Decode, DecodeError, Encode};
-use crate::lite::ErrorCode;
+use crate::lite::{ErrorCode, Version, VersionedDecode, VersionedEncode};
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
 
 /// A receive stream with a reassembly buffer. The common case, a message or a payload that
@@ -130,10 +130,32 @@ impl<R: RecvStream> Reader<R> {
 	/// The next message; `Ok(None)` when the stream ends cleanly between messages. A stream that
 	/// ends inside a message is a decode error (`Short`, code 5).
 	pub(crate) fn poll_decode<M: Decode>(&mut self, waiter: &Waiter) -> Poll<Result<Option<M>, SessionError>> {
+		self.poll_decode_with(waiter, M::decode)
+	}
+
+	/// [`poll_decode`](Self::poll_decode) of a message whose bytes depend on the version.
+	pub(crate) fn poll_decode_for<M: VersionedDecode>(
+		&mut self,
+		waiter: &Waiter,
+		version: Version,
+	) -> Poll<Result<Option<M>, SessionError>> {
+		self.poll_decode_with(waiter, |buf| M::decode_for(buf, version))
+	}
+
+	/// The next message of a version-dependent encoding; `Ok(None)` at a clean end.
+	pub(crate) async fn decode_for<M: VersionedDecode>(&mut self, version: Version) -> Result<Option<M>, SessionError> {
+		kio::wait(|waiter| self.poll_decode_for(waiter, version)).await
+	}
+
+	fn poll_decode_with<M>(
+		&mut self,
+		waiter: &Waiter,
+		decode: impl Fn(&mut &[u8]) -> Result<M, DecodeError>,
+	) -> Poll<Result<Option<M>, SessionError>> {
 		loop {
 			if !self.buffered().is_empty() {
 				let mut slice = self.buffered();
-				match M::decode(&mut slice) {
+				match decode(&mut slice) {
 					Ok(message) => {
 						let used = self.buffered().len() - slice.len();
 						self.consume(used);
@@ -215,6 +237,19 @@ pub(crate) async fn write<S: SendStream, M: Encode + ?Sized>(send: &mut S, messa
 	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
 }
 
+/// Encodes `message` as `version` does and writes it.
+pub(crate) async fn write_for<S: SendStream, M: VersionedEncode>(
+	send: &mut S,
+	message: &M,
+	version: Version,
+) -> Result<(), SessionError> {
+	let mut out = Vec::new();
+	message
+		.try_encode_for(version, &mut out)
+		.map_err(SessionError::Encode)?;
+	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
+}
+
 /// Encodes a stream type and a first message together, so they travel in one chunk.
 pub(crate) async fn write_typed<S: SendStream, M: Encode>(
 	send: &mut S,
@@ -224,6 +259,21 @@ pub(crate) async fn write_typed<S: SendStream, M: Encode>(
 	let mut out = Vec::new();
 	kind.try_encode(&mut out).map_err(SessionError::Encode)?;
 	message.try_encode(&mut out).map_err(SessionError::Encode)?;
+	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
+}
+
+/// [`write_typed`] with a first message whose bytes depend on the version.
+pub(crate) async fn write_typed_for<S: SendStream, M: VersionedEncode>(
+	send: &mut S,
+	kind: u64,
+	message: &M,
+	version: Version,
+) -> Result<(), SessionError> {
+	let mut out = Vec::new();
+	kind.try_encode(&mut out).map_err(SessionError::Encode)?;
+	message
+		.try_encode_for(version, &mut out)
+		.map_err(SessionError::Encode)?;
 	send.write(Bytes::from(out)).await.map_err(SessionError::Transport)
 }
 

@@ -1,4 +1,6 @@
-//! moq-lite-05 sessions over a [`Transport`].
+//! moq-lite sessions over a [`Transport`]: 05, and 04 and 03 for older clients
+//! ([`Config::version`]; what differs is in docs/moq-lite-versions.md: no SETUP, no TRACK,
+//! SUBSCRIBE_OK first, frames without timestamps, the sender in its own hop chains).
 //!
 //! # Flow
 //!
@@ -49,7 +51,7 @@ use std::sync::atomic::AtomicU64;
 use kio::JoinHandle;
 
 use crate::coding::{DecodeError, EncodeError};
-use crate::lite::{DataType, ErrorCode, Role, Setup};
+use crate::lite::{DataType, ErrorCode, Role, Setup, Version};
 use crate::model::{self, OriginConsumer, OriginId, OriginProducer, TrackProducer};
 use crate::transport::{Transport, TransportError, TransportExt};
 
@@ -209,6 +211,8 @@ pub struct Config {
 	pub counters: Option<Arc<Counters>>,
 	/// What the peer may make this session hold.
 	pub limits: Limits,
+	/// The moq-lite version the connection negotiated (its ALPN or WebTransport sub-protocol).
+	pub version: Version,
 }
 
 /// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
@@ -250,6 +254,15 @@ pub struct PeerSetup {
 /// Sends our SETUP and reads the peer's. On failure the transport is closed with the error's
 /// code.
 pub async fn setup<T: Transport>(transport: &T, config: &Config) -> Result<PeerSetup, SessionError> {
+	// 03 and 04 exchange nothing before the first request: the peer is anonymous, has no path,
+	// and may both publish and subscribe.
+	if !config.version.has_setup_stream() {
+		return Ok(PeerSetup {
+			path: None,
+			role: Role::Both,
+			origin: 0,
+		});
+	}
 	let result = exchange(transport, config).await;
 	if let Err(err) = &result {
 		// Our own code: a peer that resets its SETUP stream with code N does not choose the code

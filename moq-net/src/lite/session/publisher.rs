@@ -16,7 +16,8 @@ use super::{Counters, Inner, SessionError};
 use crate::coding::{DecodeError, Encode};
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
-	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
+	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo, Version,
+	VersionedEncode,
 };
 use crate::model::{
 	self, BroadcastConsumer, GroupConsumer, Origin, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo,
@@ -62,6 +63,11 @@ async fn serve<T: Transport + 'static>(
 		(ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => {
 			Err(SessionError::Refused(ErrorCode::InvalidRole))
 		}
+		// 03 and 04 peers open a Probe stream unasked, and `@moq/lite` 0.2.2 ends its whole
+		// connection if it is reset: read it quietly to its end.
+		(ControlType::Probe, _) if !inner.config.version.has_setup_stream() => {
+			probe(&mut reader, inner.config.version).await
+		}
 		// We advertise no Probe level, so a Probe stream is refused.
 		(ControlType::Probe, _) => Err(SessionError::Refused(ErrorCode::Unsupported)),
 		// GOAWAY is only logged by the reference implementation; read it and move on.
@@ -86,6 +92,11 @@ fn conclude<T: Transport + 'static, S: SendStream>(
 	}
 }
 
+async fn probe<R: RecvStream>(reader: &mut Reader<R>, version: Version) -> Result<(), SessionError> {
+	while reader.decode_for::<crate::lite::Probe>(version).await?.is_some() {}
+	Ok(())
+}
+
 async fn goaway<R: RecvStream>(reader: &mut Reader<R>) -> Result<(), SessionError> {
 	while reader.decode::<crate::lite::Goaway>().await?.is_some() {}
 	Ok(())
@@ -102,7 +113,8 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	reader: &mut Reader<R>,
 	origin: &OriginConsumer,
 ) -> Result<(), SessionError> {
-	let Some(request) = reader.decode::<AnnounceRequest>().await? else {
+	let version = inner.config.version;
+	let Some(request) = reader.decode_for::<AnnounceRequest>(version).await? else {
 		return Ok(());
 	};
 	// Never reflect a route back through the peer: by its request, or by its SETUP Origin.
@@ -116,11 +128,16 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	} else {
 		origin.announced(&request.prefix)
 	};
-	let ok = AnnounceOk {
-		origin: inner.config.origin,
-		active: cursor.queued() as u64,
-	};
-	io::write(&mut send.send, &ok).await?;
+	// 05 names the sender once, in ANNOUNCE_OK, and leaves it out of every chain; 03 and 04 have
+	// no ANNOUNCE_OK, and the sender puts itself at the end of each chain.
+	if version.has_announce_ok() {
+		let ok = AnnounceOk {
+			origin: inner.config.origin,
+			active: cursor.queued() as u64,
+		};
+		io::write(&mut send.send, &ok).await?;
+	}
+	let sender = (!version.has_announce_ok() && inner.config.origin != 0).then_some(inner.config.origin);
 	loop {
 		let event = kio::wait(|waiter| {
 			if let Poll::Ready(update) = cursor.poll_next(waiter) {
@@ -136,7 +153,7 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					Some(_) => Announce {
 						status: AnnounceStatus::Active,
 						suffix,
-						hops: update.route.hops,
+						hops: update.route.hops.into_iter().chain(sender).collect(),
 					},
 					None => Announce {
 						status: AnnounceStatus::Ended,
@@ -146,7 +163,7 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				};
 				// One update that cannot be encoded is skipped, never the stream that carries the
 				// others (the origin refuses such paths where they are made; this is the backstop).
-				match io::write(&mut send.send, &message).await {
+				match io::write_for(&mut send.send, &message, version).await {
 					Err(SessionError::Encode(_)) => continue,
 					other => other?,
 				}
@@ -333,6 +350,19 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let mut cursor = broadcast
 		.subscribe_track(&request.track, subscription)
 		.map_err(SessionError::Model)?;
+	let version = inner.config.version;
+	if !version.has_track_stream() {
+		// 03 and 04: SUBSCRIBE_OK before anything else; the reference publisher echoes the
+		// priority and zeroes the rest.
+		let ok = SubscribeResponse::Ok {
+			priority: request.priority,
+			ordered: false,
+			latency_max: Duration::ZERO,
+			start: None,
+			end: None,
+		};
+		io::write_for(&mut send.send, &ok, version).await?;
+	}
 	let mut first = None;
 	let mut info = None;
 	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
@@ -350,13 +380,15 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					Some(first) => first,
 					None => {
 						first = Some(group.sequence());
-						io::write(
-							&mut send.send,
-							&SubscribeResponse::Start {
-								group: group.sequence(),
-							},
-						)
-						.await?;
+						if version.has_track_stream() {
+							io::write(
+								&mut send.send,
+								&SubscribeResponse::Start {
+									group: group.sequence(),
+								},
+							)
+							.await?;
+						}
 						group.sequence()
 					}
 				};
@@ -364,12 +396,22 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				// Known by the time a group arrives (a requested track's info comes first), and
 				// fixed for the track's life: read once, not under the track's lock per group.
 				let info = *info.get_or_insert_with(|| cursor.info());
-				let task = kio::spawn(serve_group(inner.clone(), request.id, group, priority, info.timescale));
+				let task = kio::spawn(serve_group(
+					inner.clone(),
+					request.id,
+					group,
+					priority,
+					info.timescale,
+					version,
+				));
 				groups.push(kio::time::now(), info.latency_max, task, &inner.budget);
 			}
 			SubscribeEvent::Group(Ok(None)) => {
 				let end = cursor.finished().await.map_err(SessionError::Model)?;
-				io::write(&mut send.send, &SubscribeResponse::End { group: end }).await?;
+				// 03 and 04 have no SUBSCRIBE_END: the FIN below says it.
+				if version.has_track_stream() {
+					io::write(&mut send.send, &SubscribeResponse::End { group: end }).await?;
+				}
 				// The last groups get the track's latency to be taken; a subscriber that stopped
 				// reading does not hold them longer.
 				groups.join(cursor.info().latency_max).await;
@@ -415,6 +457,7 @@ async fn serve_group<T: Transport + 'static>(
 	mut group: GroupConsumer,
 	priority: i32,
 	timescale: u64,
+	version: Version,
 ) {
 	// Only a gauge (the limit is per subscription, in `InFlight`): nothing to count without one.
 	let _in_flight = inner
@@ -450,6 +493,7 @@ async fn serve_group<T: Transport + 'static>(
 		timescale,
 		prefix,
 		inner.config.counters.as_deref(),
+		version,
 	)
 	.await
 	{
@@ -467,6 +511,7 @@ async fn write_frames<S: SendStream>(
 	timescale: u64,
 	mut prefix: Vec<u8>,
 	counters: Option<&Counters>,
+	version: Version,
 ) -> Result<(), SessionError> {
 	let mut last = 0i64;
 	while let Some(frame) = group.read_frame().await.map_err(SessionError::Model)? {
@@ -481,7 +526,9 @@ async fn write_frames<S: SendStream>(
 			size: frame.payload.len() as u64,
 		};
 		last = stamp;
-		header.try_encode(&mut prefix).map_err(SessionError::Encode)?;
+		header
+			.try_encode_for(version, &mut prefix)
+			.map_err(SessionError::Encode)?;
 		send.send
 			.write(Bytes::from(std::mem::take(&mut prefix)))
 			.await
@@ -514,7 +561,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	write_frames(send, &mut group, info.timescale, Vec::new(), None).await?;
+	write_frames(send, &mut group, info.timescale, Vec::new(), None, Version::Lite05).await?;
 	send.finish()
 }
 

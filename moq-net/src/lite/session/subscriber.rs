@@ -61,12 +61,20 @@ async fn announcements<T: Transport + 'static>(
 		prefix: Path::default(),
 		exclude_hop: inner.config.origin,
 	};
-	io::write_typed(&mut send.send, u64::from(ControlType::Announce), &request).await?;
-	let Some(ok) = reader.decode::<AnnounceOk>().await? else {
-		return Ok(());
+	let version = inner.config.version;
+	io::write_typed_for(&mut send.send, u64::from(ControlType::Announce), &request, version).await?;
+	// 05 names the sender in ANNOUNCE_OK (and leaves it out of the chains); on 03 and 04 each
+	// chain ends with the sender already.
+	let peer = if version.has_announce_ok() {
+		let Some(ok) = reader.decode::<AnnounceOk>().await? else {
+			return Ok(());
+		};
+		ok.origin
+	} else {
+		0
 	};
 	let mut mirrored: HashMap<Path, Mirrored> = HashMap::new();
-	let result = mirror(inner, origin, &mut reader, ok.origin, &mut mirrored).await;
+	let result = mirror(inner, origin, &mut reader, peer, &mut mirrored).await;
 	for (_, broadcast) in mirrored.drain() {
 		broadcast.end(result.is_ok());
 	}
@@ -81,7 +89,7 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 	peer: u64,
 	mirrored: &mut HashMap<Path, Mirrored>,
 ) -> Result<(), SessionError> {
-	while let Some(announce) = reader.decode::<Announce>().await? {
+	while let Some(announce) = reader.decode_for::<Announce>(inner.config.version).await? {
 		match announce.status {
 			AnnounceStatus::Active | AnnounceStatus::Restart => {
 				let mut hops = announce.hops;
@@ -185,25 +193,35 @@ async fn fetch_track<T: Transport + 'static>(
 	path: &Path,
 	track: &TrackProducer,
 ) -> Result<(), SessionError> {
-	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
-	let mut send = Sending::new(send);
-	let mut reader = Reader::charged(recv, &inner.budget);
-	let request = Track {
-		broadcast: path.clone(),
-		track: track.name(),
-	};
-	io::write_typed(&mut send.send, u64::from(ControlType::Track), &request).await?;
-	let info: WireTrackInfo = reader
-		.decode()
-		.await?
-		.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?;
-	track.set_info(TrackInfo {
-		timescale: info.timescale,
-		latency_max: info.latency_max,
-		priority: info.priority,
-		ordered: info.ordered,
-	});
-	send.finish()?;
+	if inner.config.version.has_track_stream() {
+		let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
+		let mut send = Sending::new(send);
+		let mut reader = Reader::charged(recv, &inner.budget);
+		let request = Track {
+			broadcast: path.clone(),
+			track: track.name(),
+		};
+		io::write_typed(&mut send.send, u64::from(ControlType::Track), &request).await?;
+		let info: WireTrackInfo = reader
+			.decode()
+			.await?
+			.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?;
+		track.set_info(TrackInfo {
+			timescale: info.timescale,
+			latency_max: info.latency_max,
+			priority: info.priority,
+			ordered: info.ordered,
+		});
+		send.finish()?;
+	} else {
+		// 03 and 04 have no TRACK: what the public implementation assumes of such a track.
+		track.set_info(TrackInfo {
+			timescale: 1000,
+			latency_max: Duration::from_secs(5),
+			priority: 0,
+			ordered: false,
+		});
+	}
 	let mut seen = 0;
 	loop {
 		let mut linger = kio::time::Deadline::new(Some(kio::time::now() + TRACK_IDLE_LINGER));
@@ -269,7 +287,7 @@ async fn subscribe<T: Transport + 'static>(
 	io::write_typed(&mut send.send, u64::from(ControlType::Subscribe), &request).await?;
 	loop {
 		let event = kio::wait(|waiter| {
-			if let Poll::Ready(response) = reader.poll_decode::<SubscribeResponse>(waiter) {
+			if let Poll::Ready(response) = reader.poll_decode_for::<SubscribeResponse>(waiter, inner.config.version) {
 				return Poll::Ready(UpstreamEvent::Response(response));
 			}
 			track.poll_subscription_changed(waiter, seen).map(UpstreamEvent::Demand)
@@ -338,6 +356,14 @@ async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::RecvHalf) 
 	}
 }
 
+/// Now, since the Unix epoch, in units of `timescale` per second (for frames without a timestamp).
+fn arrival_millis(timescale: u64) -> u64 {
+	let now = std::time::SystemTime::now()
+		.duration_since(std::time::UNIX_EPOCH)
+		.unwrap_or_default();
+	(now.as_millis() as u64).saturating_mul(timescale) / 1000
+}
+
 async fn read_group<T: Transport + 'static, R: RecvStream>(
 	inner: &Inner<T>,
 	reader: &mut Reader<R>,
@@ -371,9 +397,10 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 	if let Some(counters) = counters {
 		counters.groups_in.fetch_add(1, Ordering::Relaxed);
 	}
+	let version = inner.config.version;
 	let mut stamp = 0u64;
 	loop {
-		let frame = match reader.decode::<FrameHeader>().await {
+		let frame = match reader.decode_for::<FrameHeader>(version).await {
 			Ok(Some(frame)) => frame,
 			Ok(None) => return group.finish().map_err(SessionError::Model),
 			// The stream ended inside a frame header.
@@ -384,9 +411,15 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 			group.abort(model::Error::TooLarge);
 			return Err(SessionError::Protocol(ErrorCode::FrameTooLarge));
 		}
-		stamp = stamp
-			.checked_add_signed(frame.timestamp_delta)
-			.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?;
+		stamp = if version.has_track_stream() {
+			stamp
+				.checked_add_signed(frame.timestamp_delta)
+				.ok_or(SessionError::Protocol(ErrorCode::ProtocolViolation))?
+		} else {
+			// 03 and 04 frames carry no timestamp: their arrival time, in the synthesised
+			// timescale's milliseconds since the Unix epoch.
+			arrival_millis(timescale)
+		};
 		let payload = kio::wait(|waiter| reader.poll_read_exact(waiter, frame.size as usize))
 			.await?
 			.ok_or(SessionError::Protocol(ErrorCode::WrongSize))?;
