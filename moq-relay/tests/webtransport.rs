@@ -357,3 +357,33 @@ fn reserved_frames_before_the_connect_are_dropped_unheld() {
 		assert_eq!(status, 200);
 	});
 }
+
+#[test]
+fn an_expired_token_closes_a_webtransport_session_with_unauthorized() {
+	let path = std::env::temp_dir().join(format!("moq-relay-test-{}-wt-exp.jwks.json", std::process::id()));
+	let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
+	std::fs::write(&path, jwks.to_string()).unwrap();
+	let relay = Relay::start_with(
+		1,
+		AuthConfig {
+			key_file: Some(path.clone()),
+			anonymous: Anonymous::none(),
+		},
+	);
+	let _ = std::fs::remove_file(&path);
+	// Valid for two more seconds: the relay closes the session then, with Unauthorized (6),
+	// which travels as a WebTransport close (capsule and connection code) and comes back as 6.
+	let exp = std::time::SystemTime::now()
+		.duration_since(std::time::UNIX_EPOCH)
+		.unwrap()
+		.as_secs()
+		+ 2;
+	let token = auth::sign_hs256(&json!({"root": "live", "get": [""], "exp": exp}), KEY);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		let viewer = wt(&relay, &endpoint, &format!("/live?jwt={token}"), &origin, false).await;
+		let code = within(LIMIT, "the expiry", viewer.session.closed()).await;
+		assert_eq!(code, 6, "Unauthorized");
+	});
+}
