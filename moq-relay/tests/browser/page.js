@@ -31,6 +31,29 @@ function publish(conn, name, interval) {
 	};
 }
 
+// Publishes broadcast `name` with track "seconds" in the clock format `moq-clock subscribe`
+// reads: one group, its first frame a "YYYY-MM-DD HH:MM:" prefix, then a frame "00", "01", ...
+// every `interval` ms (a fast clock).
+function publishClock(conn, name, interval) {
+	const broadcast = new Broadcast.Producer();
+	const track = broadcast.createTrack("seconds");
+	conn.publish(Path.from(name), broadcast);
+	const group = track.appendGroup();
+	group.writeString("2026-12-01 18:10:");
+	let second = 0;
+	const timer = setInterval(() => {
+		group.writeString(String(second % 60).padStart(2, "0"));
+		second += 1;
+	}, interval);
+	return {
+		stop() {
+			clearInterval(timer);
+			group.close();
+			broadcast.close();
+		},
+	};
+}
+
 // Waits for broadcast `name` to be announced, then reads `count` groups of its track "seq":
 // [sequence, first frame as text] each.
 async function watch(conn, name, count) {
@@ -137,13 +160,43 @@ window.moq = {
 		const running = publish(publisher, name, 20);
 		const publisher04 = await lite04.connect(url, fingerprint);
 		const running04 = lite04.publish(publisher04, name04, 20);
+		const clock = publishClock(publisher, "webclock", 100);
 		this.stop = () => {
+			clock.stop();
 			running.stop();
 			publisher.close();
 			running04.stop();
 			publisher04.close();
 		};
 		return { version: publisher.version, version04: publisher04.version };
+	},
+	// A viewer of `moq-clock publish`: the first `count` frames of its track "seconds" (the
+	// clock format: a group per minute, its first frame the "YYYY-MM-DD HH:MM:" prefix, then a
+	// frame per second, "SS").
+	async watchClock(url, fingerprint, name, count) {
+		const viewer = await connect(url, fingerprint);
+		try {
+			const announced = viewer.announced(Path.empty());
+			for (;;) {
+				const event = await announced.next();
+				if (!event) throw new Error("announcements ended before " + name);
+				if (event.path === name && event.active) break;
+			}
+			announced.close();
+			const subscriber = viewer.consume(Path.from(name)).subscribe("seconds");
+			const group = await subscriber.recvGroup();
+			if (!group) throw new Error("the clock track ended");
+			const frames = [];
+			while (frames.length < count) {
+				const frame = await group.readString();
+				if (frame === undefined) throw new Error("the minute's group ended");
+				frames.push(frame);
+			}
+			subscriber.close();
+			return { version: viewer.version, frames };
+		} finally {
+			viewer.close();
+		}
 	},
 	// A `@moq/lite` (moq-lite-04) viewer of a native publisher's broadcast.
 	async watchNative04(url, fingerprint, name, count) {

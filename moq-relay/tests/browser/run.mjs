@@ -50,7 +50,8 @@ try {
 
 	emit({ scenario: "browser-to-browser", ...(await page.evaluate((u, f) => window.moq.browserToBrowser(u, f, 30), relay, fingerprint)) });
 	emit({ scenario: "native-to-browser", ...(await page.evaluate((u, f) => window.moq.watchNative(u, f, "native", 30), relay, fingerprint)) });
-	emit({ scenario: "native-to-lite04", ...(await page.evaluate((u, f) => window.moq.watchNative04(u, f, "native", 30), relay, fingerprint)) });
+	emit({ scenario: "moq-clock-to-browser", ...(await page.evaluate((u, f) => window.moq.watchClock(u, f, "clock", 3), relay, fingerprint)) });
+	emit({ scenario: "native-to-lite04", ...(await page.evaluate((u, f) => window.moq.watchNative04(u, f, "native", 40), relay, fingerprint)) });
 	emit({ scenario: "browser-to-native", ...(await page.evaluate((u, f) => window.moq.publishForNative(u, f, "web", "web04"), relay, fingerprint)) });
 	for await (const line of readline.createInterface({ input: process.stdin })) {
 		if (line.trim() === "stop") break;
