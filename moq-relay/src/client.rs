@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail};
 use moq_net::lite::Role;
 use moq_net::lite::session::{self, PeerSetup, Session};
 use moq_net::model::{OriginConsumer, OriginProducer};
+use moq_net::transport::Transport;
 use moq_quic::h3::{self, ConnectRequest};
 use moq_quic::webtransport::{self, WebTransport};
 use moq_quic::{Connection, Endpoint, Verification};
@@ -102,40 +103,8 @@ pub async fn connect(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> anyhow::Result<Client> {
-	let limits = session::Limits::default();
-	connect_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
-}
-
-/// [`connect`], with what the relay may make this client hold (the announcements it mirrors,
-/// say) as `limits` says.
-#[allow(clippy::too_many_arguments)]
-pub async fn connect_limited(
-	endpoint: &Endpoint,
-	addr: SocketAddr,
-	url: &Url,
-	verification: &Verification,
-	origin: u64,
-	publish: Option<OriginConsumer>,
-	subscribe: Option<OriginProducer>,
-	limits: session::Limits,
-) -> anyhow::Result<Client> {
-	let client = moq_quic::Config::new().with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])?;
-	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
-	connection.established().await.context("QUIC handshake")?;
-	let config = session::Config {
-		origin,
-		path: Some(url.path.clone()),
-		role: role(&publish, &subscribe),
-		limits,
-		..session::Config::default()
-	};
-	let peer = session::setup(&connection, &config).await.context("SETUP")?;
-	let session = session::start(connection.clone(), config, peer.clone(), publish, subscribe);
-	Ok(Client {
-		connection,
-		session,
-		peer,
-	})
+	let sides = Sides::new(origin, publish, subscribe, session::Limits::default());
+	connect_raw(endpoint, addr, url, verification, sides).await
 }
 
 /// A running client session over WebTransport.
@@ -161,25 +130,103 @@ pub async fn connect_webtransport(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> anyhow::Result<WebTransportClient> {
-	let limits = session::Limits::default();
-	connect_webtransport_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
+	let sides = Sides::new(origin, publish, subscribe, session::Limits::default());
+	connect_wt(endpoint, addr, url, verification, sides).await
 }
 
-/// [`connect_webtransport`] with `limits` (see [`connect_limited`]).
-#[allow(clippy::too_many_arguments)]
-pub async fn connect_webtransport_limited(
-	endpoint: &Endpoint,
-	addr: SocketAddr,
-	url: &Url,
-	verification: &Verification,
+/// What a client session is: its id in hop chains, what it publishes, where it mirrors the
+/// relay's announcements, and what the relay may make it hold.
+struct Sides {
 	origin: u64,
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 	limits: session::Limits,
-) -> anyhow::Result<WebTransportClient> {
-	let client = moq_quic::Config::new().with_client(verification, &[h3::ALPN])?;
+}
+
+impl Sides {
+	fn new(
+		origin: u64,
+		publish: Option<OriginConsumer>,
+		subscribe: Option<OriginProducer>,
+		limits: session::Limits,
+	) -> Self {
+		Self {
+			origin,
+			publish,
+			subscribe,
+			limits,
+		}
+	}
+
+	/// The session's configuration; `path` is SETUP's (raw QUIC only: over WebTransport the
+	/// CONNECT carries it).
+	fn config(&self, path: Option<String>) -> session::Config {
+		// Say what this client does, so a relay does not ask a viewer for its announcements.
+		let role = match (&self.publish, &self.subscribe) {
+			(Some(_), None) => Some(Role::Publisher),
+			(None, Some(_)) => Some(Role::Subscriber),
+			_ => None,
+		};
+		session::Config {
+			origin: self.origin,
+			path,
+			role,
+			limits: self.limits,
+			..session::Config::default()
+		}
+	}
+
+	/// SETUP over `transport`, then the session.
+	async fn start<T: Transport + Clone + 'static>(
+		self,
+		transport: &T,
+		path: Option<String>,
+	) -> anyhow::Result<(Session<T>, PeerSetup)> {
+		let config = self.config(path);
+		let peer = session::setup(transport, &config).await.context("SETUP")?;
+		let session = session::start(transport.clone(), config, peer.clone(), self.publish, self.subscribe);
+		Ok((session, peer))
+	}
+}
+
+/// A QUIC connection to `addr` offering `alpn`, its handshake done.
+async fn handshake(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	alpn: &[u8],
+) -> anyhow::Result<Connection> {
+	let client = moq_quic::Config::new().with_client(verification, &[alpn])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
+	Ok(connection)
+}
+
+async fn connect_raw(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	sides: Sides,
+) -> anyhow::Result<Client> {
+	let connection = handshake(endpoint, addr, url, verification, moq_quic::ALPN_MOQ_LITE_05).await?;
+	let (session, peer) = sides.start(&connection, Some(url.path.clone())).await?;
+	Ok(Client {
+		connection,
+		session,
+		peer,
+	})
+}
+
+async fn connect_wt(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	sides: Sides,
+) -> anyhow::Result<WebTransportClient> {
+	let connection = handshake(endpoint, addr, url, verification, h3::ALPN).await?;
 	let authority = if url.host.contains(':') {
 		format!("[{}]:{}", url.host, url.port)
 	} else {
@@ -194,15 +241,7 @@ pub async fn connect_webtransport_limited(
 	let (transport, response) = webtransport::connect(&connection, &request)
 		.await
 		.context("WebTransport CONNECT")?;
-	let config = session::Config {
-		origin,
-		path: None,
-		role: role(&publish, &subscribe),
-		limits,
-		..session::Config::default()
-	};
-	let peer = session::setup(&transport, &config).await.context("SETUP")?;
-	let session = session::start(transport.clone(), config, peer.clone(), publish, subscribe);
+	let (session, peer) = sides.start(&transport, None).await?;
 	Ok(WebTransportClient {
 		transport,
 		session,
@@ -259,7 +298,8 @@ pub async fn dial(
 	dial_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await
 }
 
-/// [`dial`] with `limits` (see [`connect_limited`]).
+/// [`dial`], with what the relay may make this client hold (the announcements it mirrors, say)
+/// as `limits` says.
 #[allow(clippy::too_many_arguments)]
 pub async fn dial_limited(
 	endpoint: &Endpoint,
@@ -271,22 +311,12 @@ pub async fn dial_limited(
 	subscribe: Option<OriginProducer>,
 	limits: session::Limits,
 ) -> anyhow::Result<AnyClient> {
+	let sides = Sides::new(origin, publish, subscribe, limits);
 	Ok(if url.webtransport {
-		AnyClient::WebTransport(
-			connect_webtransport_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await?,
-		)
+		AnyClient::WebTransport(connect_wt(endpoint, addr, url, verification, sides).await?)
 	} else {
-		AnyClient::Quic(connect_limited(endpoint, addr, url, verification, origin, publish, subscribe, limits).await?)
+		AnyClient::Quic(connect_raw(endpoint, addr, url, verification, sides).await?)
 	})
-}
-
-/// Says what this client does, so a relay does not ask a viewer for its announcements.
-fn role(publish: &Option<OriginConsumer>, subscribe: &Option<OriginProducer>) -> Option<Role> {
-	match (publish, subscribe) {
-		(Some(_), None) => Some(Role::Publisher),
-		(None, Some(_)) => Some(Role::Subscriber),
-		_ => None,
-	}
 }
 
 /// An endpoint for clients, on an ephemeral port of the address family of `relay`.

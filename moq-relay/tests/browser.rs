@@ -46,6 +46,20 @@ fn consecutive(scenario: &str, got: &[(u64, String)]) {
 	}
 }
 
+/// A process's output lines, read on a thread of their own into a queue a kio worker can wait
+/// on; closed at the end of the output.
+fn line_queue(output: impl std::io::Read + Send + 'static) -> Arc<Queue<String>> {
+	let lines = Arc::new(Queue::unbounded());
+	let feed = lines.clone();
+	std::thread::spawn(move || {
+		for line in BufReader::new(output).lines().map_while(Result::ok) {
+			let _ = feed.try_push(line);
+		}
+		feed.close();
+	});
+	lines
+}
+
 /// The `got` list of a scenario's JSON line: `[[sequence, text], ...]`.
 fn got(line: &Value) -> Vec<(u64, String)> {
 	line["got"]
@@ -109,15 +123,7 @@ fn browsers_and_native_clients_through_the_relay() {
 			.stdout(Stdio::piped())
 			.spawn()
 			.expect("node is needed for the browser tests");
-		let lines = Arc::new(Queue::unbounded());
-		let stdout = node.stdout.take().unwrap();
-		let feed = lines.clone();
-		std::thread::spawn(move || {
-			for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-				let _ = feed.try_push(line);
-			}
-			feed.close();
-		});
+		let lines = line_queue(node.stdout.take().unwrap());
 		let next = async |what: &str| -> Value {
 			let line = within(LIMIT, what, lines.pop())
 				.await
@@ -200,15 +206,7 @@ fn browsers_and_native_clients_through_the_relay() {
 			.stderr(Stdio::null())
 			.spawn()
 			.expect("starting moq-clock");
-		let printed = Arc::new(Queue::unbounded());
-		let feed = printed.clone();
-		let stdout = clock_viewer.stdout.take().unwrap();
-		std::thread::spawn(move || {
-			for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-				let _ = feed.try_push(line);
-			}
-			feed.close();
-		});
+		let printed = line_queue(clock_viewer.stdout.take().unwrap());
 		for _ in 0..3 {
 			let line = within(LIMIT, "a line of moq-clock subscribe", printed.pop())
 				.await

@@ -24,13 +24,12 @@ async fn dial(
 	origin: &Origin,
 	publish: bool,
 ) -> (Connection, Session<Connection>) {
-	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[version.alpn()])
-		.unwrap()
-		.client
-		.unwrap();
-	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
-	within(LIMIT, "the handshake", conn.established()).await.unwrap();
+	let conn = within(
+		LIMIT,
+		"the handshake",
+		quic_to(endpoint, relay.bound.quic, &relay.verification(), version.alpn()),
+	)
+	.await;
 	assert_eq!(conn.alpn().as_deref(), Some(version.alpn()));
 	let config = session::Config {
 		origin: origin.id(),

@@ -103,9 +103,10 @@ fn webtransport_and_raw_quic_clients_see_each_other() {
 /// The relay's HMAC secret (HS256 wants at least 32 bytes).
 const KEY: &[u8] = b"the relay's HS256 secret, 32 bytes or more";
 
-#[test]
-fn a_token_in_the_connect_query_is_honoured_like_one_in_setup() {
-	let path = std::env::temp_dir().join(format!("moq-relay-test-{}-wt.jwks.json", std::process::id()));
+/// A relay on one worker that takes tokens signed with [`KEY`] and nothing else. `test` names
+/// the key file (tests of this binary run on parallel threads of one process).
+fn auth_relay(test: &str) -> Relay {
+	let path = std::env::temp_dir().join(format!("moq-relay-test-{}-{test}.jwks.json", std::process::id()));
 	let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
 	std::fs::write(&path, jwks.to_string()).unwrap();
 	let relay = Relay::start_with(
@@ -115,13 +116,25 @@ fn a_token_in_the_connect_query_is_honoured_like_one_in_setup() {
 			anonymous: Anonymous::none(),
 		},
 	);
+	// The key file is read at start.
 	let _ = std::fs::remove_file(&path);
-	let exp = std::time::SystemTime::now()
+	relay
+}
+
+/// A token for `claims`, expiring `seconds` from now.
+fn token(mut claims: serde_json::Value, seconds: u64) -> String {
+	let now = std::time::SystemTime::now()
 		.duration_since(std::time::UNIX_EPOCH)
 		.unwrap()
-		.as_secs()
-		+ 600;
-	let token = auth::sign_hs256(&json!({"root": "live", "put": [""], "get": [""], "exp": exp}), KEY);
+		.as_secs();
+	claims["exp"] = json!(now + seconds);
+	auth::sign_hs256(&claims, KEY)
+}
+
+#[test]
+fn a_token_in_the_connect_query_is_honoured_like_one_in_setup() {
+	let relay = auth_relay("wt");
+	let token = token(json!({"root": "live", "put": [""], "get": [""]}), 600);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		// No token: the CONNECT is refused with 403.
@@ -162,13 +175,7 @@ fn a_token_in_the_connect_query_is_honoured_like_one_in_setup() {
 
 /// A bare HTTP/3 connection to the relay: ALPN h3, our control stream with SETTINGS sent.
 async fn h3_connection(relay: &Relay, endpoint: &Endpoint, settings: bool) -> Connection {
-	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[h3::ALPN])
-		.unwrap()
-		.client
-		.unwrap();
-	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
-	conn.established().await.unwrap();
+	let conn = quic_to(endpoint, relay.bound.quic, &relay.verification(), h3::ALPN).await;
 	let mut control = conn.open_uni().await.unwrap();
 	let mut bytes = Vec::new();
 	h3::put_varint(&mut bytes, stream_type::CONTROL);
@@ -263,13 +270,7 @@ fn a_control_stream_without_settings_closes_with_missing_settings() {
 
 /// A WebTransport session opened by hand, so the test can also open streams the client never would.
 async fn session(relay: &Relay, endpoint: &Endpoint) -> (Connection, WebTransport) {
-	let client = moq_quic::Config::new()
-		.with_client(&relay.verification(), &[h3::ALPN])
-		.unwrap()
-		.client
-		.unwrap();
-	let conn = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
-	conn.established().await.unwrap();
+	let conn = quic_to(endpoint, relay.bound.quic, &relay.verification(), h3::ALPN).await;
 	let (transport, response) = webtransport::connect(&conn, &request("/")).await.unwrap();
 	assert_eq!(response.status, 200);
 	(conn, transport)
@@ -360,25 +361,10 @@ fn reserved_frames_before_the_connect_are_dropped_unheld() {
 
 #[test]
 fn an_expired_token_closes_a_webtransport_session_with_unauthorized() {
-	let path = std::env::temp_dir().join(format!("moq-relay-test-{}-wt-exp.jwks.json", std::process::id()));
-	let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
-	std::fs::write(&path, jwks.to_string()).unwrap();
-	let relay = Relay::start_with(
-		1,
-		AuthConfig {
-			key_file: Some(path.clone()),
-			anonymous: Anonymous::none(),
-		},
-	);
-	let _ = std::fs::remove_file(&path);
+	let relay = auth_relay("wt-exp");
 	// Valid for two more seconds: the relay closes the session then, with Unauthorized (6),
 	// which travels as a WebTransport close (capsule and connection code) and comes back as 6.
-	let exp = std::time::SystemTime::now()
-		.duration_since(std::time::UNIX_EPOCH)
-		.unwrap()
-		.as_secs()
-		+ 2;
-	let token = auth::sign_hs256(&json!({"root": "live", "get": [""], "exp": exp}), KEY);
+	let token = token(json!({"root": "live", "get": [""]}), 2);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let origin = Origin::new(1);

@@ -476,13 +476,17 @@ fn cpu_seconds(pid: u32, ticks_per_second: f64) -> anyhow::Result<f64> {
 	Ok((utime + stime) / ticks_per_second)
 }
 
+/// `getconf CLK_TCK`, asked once.
 fn clock_ticks_per_second() -> f64 {
-	Command::new("getconf")
-		.arg("CLK_TCK")
-		.output()
-		.ok()
-		.and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-		.unwrap_or(100.0)
+	static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+	*TICKS.get_or_init(|| {
+		Command::new("getconf")
+			.arg("CLK_TCK")
+			.output()
+			.ok()
+			.and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+			.unwrap_or(100.0)
+	})
 }
 
 /// A `/proc/PID/status` line's value, in KiB.

@@ -230,13 +230,7 @@ pub(crate) async fn raw_to(
 	verification: &Verification,
 	setup: bool,
 ) -> Connection {
-	let client = moq_quic::Config::new()
-		.with_client(verification, &[moq_quic::ALPN_MOQ_LITE_05])
-		.unwrap()
-		.client
-		.unwrap();
-	let conn = endpoint.connect_with(client, addr, "localhost").unwrap();
-	conn.established().await.unwrap();
+	let conn = quic_to(endpoint, addr, verification, moq_quic::ALPN_MOQ_LITE_05).await;
 	if setup {
 		let config = session::Config {
 			origin: 77,
@@ -245,6 +239,23 @@ pub(crate) async fn raw_to(
 		};
 		session::setup(&conn, &config).await.unwrap();
 	}
+	conn
+}
+
+/// A bare QUIC connection to `addr` offering `alpn`, its handshake done.
+pub(crate) async fn quic_to(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	verification: &Verification,
+	alpn: &[u8],
+) -> Connection {
+	let client = moq_quic::Config::new()
+		.with_client(verification, &[alpn])
+		.unwrap()
+		.client
+		.unwrap();
+	let conn = endpoint.connect_with(client, addr, "localhost").unwrap();
+	conn.established().await.unwrap();
 	conn
 }
 

@@ -150,11 +150,15 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 			AnnounceEvent::Update(update) => {
 				let suffix = update.path.strip_prefix(&request.prefix).unwrap_or(update.path);
 				let message = match update.broadcast {
-					Some(_) => Announce {
-						status: AnnounceStatus::Active,
-						suffix,
-						hops: update.route.hops.into_iter().chain(sender).collect(),
-					},
+					Some(_) => {
+						let mut hops = update.route.hops;
+						hops.extend(sender);
+						Announce {
+							status: AnnounceStatus::Active,
+							suffix,
+							hops,
+						}
+					}
 					None => Announce {
 						status: AnnounceStatus::Ended,
 						suffix,
