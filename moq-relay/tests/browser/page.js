@@ -64,7 +64,9 @@ async function watch(conn, name, count) {
 		if (event.path === name && event.active) break;
 	}
 	announced.close();
-	const subscriber = conn.consume(Path.from(name)).subscribe("seq");
+	// Ordered: the relay then sends older groups first, so they arrive in sequence (unordered,
+	// newer ones go first, and two groups in flight at the start may arrive newest first).
+	const subscriber = conn.consume(Path.from(name)).subscribe("seq", { ordered: true });
 	const got = [];
 	while (got.length < count) {
 		const group = await subscriber.recvGroup();

@@ -12,7 +12,8 @@
 //!      ANNOUNCE_REQUEST (the current set, then live updates; never a route whose hop chain holds
 //!      the peer), TRACK (TRACK_INFO from the origin, asking upstream if the track is on demand),
 //!      SUBSCRIBE (from the latest group or the start floor; SUBSCRIBE_START, one uni stream per
-//!      group with priority by subscriber priority then newest group first, SUBSCRIBE_UPDATE,
+//!      group with priority by subscriber priority then newest group first (oldest first when the
+//!      subscription is `ordered`), SUBSCRIBE_UPDATE,
 //!      SUBSCRIBE_END and FIN when the track ends, subscriber FIN to cancel) and FETCH (from the
 //!      cache).
 //!    - The **subscriber half** (when given an [`OriginProducer`]) asks the peer for its

@@ -239,16 +239,19 @@ enum SubscribeEvent {
 	Update(Result<Option<SubscribeUpdate>, SessionError>),
 }
 
-/// Group sequences past a subscription's first group that still rank above older groups: the
-/// priority has 23 bits below the subscriber's 8.
+/// Group sequences past a subscription's first group that still rank apart: the priority has
+/// 23 bits below the subscriber's 8.
 const SEQUENCE_RANKS: u64 = (1 << 23) - 1;
 
-/// The send priority of a group stream: the subscriber's priority first, then newer groups
-/// (counted from the subscription's first group, so a sequence that crosses a power of two never
-/// ranks below older groups; past 2^23 groups into one subscription, newer groups tie instead of
-/// inverting, and the scheduler's round robin shares the link between them).
-fn stream_priority(priority: u8, first: u64, sequence: u64) -> i32 {
+/// The send priority of a group stream: the subscriber's priority first, then, by the
+/// subscription's `ordered`, newer groups first (live: the newest is what a viewer wants) or older
+/// groups first (in sequence order, as an ordered subscriber asked). Ranks count from the
+/// subscription's first group, so a sequence that crosses a power of two never inverts; past
+/// 2^23 groups into one subscription, groups tie instead, and the scheduler's round robin shares
+/// the link between them.
+fn stream_priority(priority: u8, ordered: bool, first: u64, sequence: u64) -> i32 {
 	let rank = sequence.saturating_sub(first).min(SEQUENCE_RANKS);
+	let rank = if ordered { SEQUENCE_RANKS - rank } else { rank };
 	(i32::from(priority) << 23) | rank as i32
 }
 
@@ -396,7 +399,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 						group.sequence()
 					}
 				};
-				let priority = stream_priority(subscription.priority, first, group.sequence());
+				let priority = stream_priority(subscription.priority, subscription.ordered, first, group.sequence());
 				// Known by the time a group arrives (a requested track's info comes first), and
 				// fixed for the track's life: read once, not under the track's lock per group.
 				let info = *info.get_or_insert_with(|| cursor.info());
@@ -575,10 +578,19 @@ mod tests {
 	use crate::lite::session::model_code;
 
 	#[test]
+	fn an_ordered_subscription_sends_older_groups_first() {
+		assert!(stream_priority(1, true, 0, 5) > stream_priority(1, true, 0, 6));
+		assert!(stream_priority(1, true, 100, 100) > stream_priority(1, true, 100, 101));
+		// The subscriber's priority still comes first.
+		assert!(stream_priority(2, true, 0, 1_000_000) > stream_priority(1, true, 0, 0));
+		assert!(stream_priority(1, true, 0, u64::MAX) >= 1 << 23);
+	}
+
+	#[test]
 	fn subscriber_priority_then_newer_groups_first() {
-		assert!(stream_priority(2, 0, 0) > stream_priority(1, 0, 1_000_000));
-		assert!(stream_priority(1, 0, 6) > stream_priority(1, 0, 5));
-		assert!(stream_priority(255, 0, 0x7f_ffff) > 0);
+		assert!(stream_priority(2, false, 0, 0) > stream_priority(1, false, 0, 1_000_000));
+		assert!(stream_priority(1, false, 0, 6) > stream_priority(1, false, 0, 5));
+		assert!(stream_priority(255, false, 0, 0x7f_ffff) > 0);
 	}
 
 	#[test]
@@ -588,13 +600,13 @@ mod tests {
 		for boundary in [1u64 << 23, 1 << 24, 1 << 40, 1 << 62] {
 			let first = boundary - 100;
 			assert!(
-				stream_priority(1, first, boundary) > stream_priority(1, first, boundary - 1),
+				stream_priority(1, false, first, boundary) > stream_priority(1, false, first, boundary - 1),
 				"at {boundary}"
 			);
 		}
 		// Far past the first group, newer groups tie rather than invert.
-		assert!(stream_priority(1, 0, 1 << 30) >= stream_priority(1, 0, (1 << 30) - 1));
-		assert!(stream_priority(2, 0, 0) > stream_priority(1, 0, u64::MAX));
+		assert!(stream_priority(1, false, 0, 1 << 30) >= stream_priority(1, false, 0, (1 << 30) - 1));
+		assert!(stream_priority(2, false, 0, 0) > stream_priority(1, false, 0, u64::MAX));
 	}
 
 	#[test]
