@@ -360,15 +360,16 @@ impl std::fmt::Debug for Endpoint {
 
 /// Puts a new connection in the table and starts its driver.
 fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_proto::Connection) -> Rc<ConnShared> {
-	let gso = {
+	let (gso, max_streams) = {
 		let state = shared.state.borrow();
-		match &shared.io {
+		let gso = match &shared.io {
 			Io::Udp(socket) if socket.gso_enabled() => state.config.gso_segments,
 			Io::Udp(_) => 1,
 			Io::Sim(_) => state.config.gso_segments,
-		}
+		};
+		(gso, state.config.max_streams)
 	};
-	let conn = ConnShared::new(handle, Rc::downgrade(shared), conn, gso.max(1));
+	let conn = ConnShared::new(handle, Rc::downgrade(shared), conn, gso.max(1), max_streams);
 	shared.state.borrow_mut().conns.insert(handle, conn.clone());
 	let driver = kio::spawn(connection::drive(conn.clone()));
 	shared.drivers.borrow_mut().insert(handle, driver);

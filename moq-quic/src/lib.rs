@@ -82,6 +82,11 @@ pub struct Config {
 	/// Binds with `SO_REUSEPORT`, so every worker of a server binds the same port
 	/// ([`with_shared_port`](Self::with_shared_port)).
 	pub shared_port: bool,
+	/// Streams of each direction the peer may have open at once, at most: a connection's allowance
+	/// starts at what its transport configuration says ([`INITIAL_STREAMS`] for [`transport`] and
+	/// [`windows`]) and doubles whenever the peer has half of it open, up to this
+	/// ([`with_max_streams`](Self::with_max_streams)).
+	pub max_streams: u32,
 }
 
 impl Config {
@@ -96,7 +101,16 @@ impl Config {
 			socket_buffer: DEFAULT_SOCKET_BUFFER,
 			handshakes: Arc::new(HandshakeBudget::new(Limits::default())),
 			shared_port: false,
+			max_streams: DEFAULT_MAX_STREAMS,
 		}
+	}
+
+	/// Caps the streams of each direction a peer may have open at once (see
+	/// [`max_streams`](Self::max_streams)); below the transport's starting allowance, the
+	/// allowance is lowered to it when the connection starts.
+	pub fn with_max_streams(mut self, streams: u32) -> Self {
+		self.max_streams = streams;
+		self
 	}
 
 	/// Binds with `SO_REUSEPORT`: a server's workers each bind the same port and the kernel
@@ -170,15 +184,15 @@ impl Default for Config {
 
 /// The transport settings every connection starts with.
 ///
-/// MoQ opens a stream per group, so the peer may have 1,024 streams of each kind open (quinn's
-/// default is 100); idle connections time out after 30 s and keep-alives every 5 s keep a quiet
-/// subscriber's connection up. What a peer can make us buffer is bounded: 1 MiB unread per
-/// stream and [`DEFAULT_RECEIVE_WINDOW`] over the whole connection (quinn's default connection
-/// window is unbounded), and 64 KiB of unread datagrams (quinn's default queues 1.25 MB; it drops
-/// the oldest when full). The rest is quinn-proto's default (CUBIC, MTU
-/// discovery from 1,200 bytes).
+/// MoQ opens a stream per group. The peer may open [`INITIAL_STREAMS`] of each kind at first, and
+/// the connection raises that as the peer uses it, up to [`Config::max_streams`]. Idle
+/// connections time out after 30 s and keep-alives every 5 s keep a quiet subscriber's connection
+/// up. What a peer can make us buffer is bounded: 1 MiB unread per stream and
+/// [`DEFAULT_RECEIVE_WINDOW`] over the whole connection (quinn's default connection window is
+/// unbounded), and 64 KiB of unread datagrams (quinn's default queues 1.25 MB; it drops the oldest
+/// when full). The rest is quinn-proto's default (CUBIC, MTU discovery from 1,200 bytes).
 pub fn transport() -> TransportConfig {
-	windows(DEFAULT_STREAM_RECEIVE_WINDOW, DEFAULT_RECEIVE_WINDOW, 1024)
+	windows(DEFAULT_STREAM_RECEIVE_WINDOW, DEFAULT_RECEIVE_WINDOW)
 }
 
 /// Unread bytes one stream may hold by default.
@@ -187,12 +201,23 @@ pub const DEFAULT_STREAM_RECEIVE_WINDOW: u32 = 1 << 20;
 /// flight, small next to a relay's memory.
 pub const DEFAULT_RECEIVE_WINDOW: u32 = 4 << 20;
 
-/// [`transport`] with other receive windows (bytes) and stream limits (each direction).
-pub fn windows(stream: u32, connection: u32, streams: u32) -> TransportConfig {
+/// The streams of each kind a peer may open when a connection starts. quinn-proto keeps a map
+/// entry for every stream the peer may open, from the handshake on, and its maps never shrink:
+/// at the 256 the relay used to allow from the start, the two maps were 34 KB of a relay's 99 KB
+/// per connection (dhat, fanout of 100 viewers), for viewers that open one or two streams. At 32,
+/// about 4 KB; a peer that needs more gets them within a round trip of opening half (see
+/// [`Config::max_streams`]).
+pub const INITIAL_STREAMS: u32 = 32;
+
+/// [`Config::max_streams`] by default.
+pub const DEFAULT_MAX_STREAMS: u32 = 1024;
+
+/// [`transport`] with other receive windows (bytes).
+pub fn windows(stream: u32, connection: u32) -> TransportConfig {
 	let mut transport = TransportConfig::default();
 	transport
-		.max_concurrent_uni_streams(VarInt::from_u32(streams))
-		.max_concurrent_bidi_streams(VarInt::from_u32(streams))
+		.max_concurrent_uni_streams(VarInt::from_u32(INITIAL_STREAMS))
+		.max_concurrent_bidi_streams(VarInt::from_u32(INITIAL_STREAMS))
 		.stream_receive_window(VarInt::from_u32(stream))
 		.receive_window(VarInt::from_u32(connection.max(stream)))
 		.datagram_receive_buffer_size(Some(64 << 10))

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use moq_quic::{Certificate, Config, Connection, ConnectionError, Endpoint, StreamError, Verification};
+use moq_quic::{Certificate, Config, Connection, ConnectionError, Dir, Endpoint, StreamError, Verification};
 
 const ALPN: &[u8] = b"test/1";
 
@@ -237,6 +237,55 @@ fn a_thousand_short_lived_uni_streams() {
 		let (streams, groups) = conn.tracked();
 		assert_eq!((streams, groups), (0, 0), "sender state left behind");
 		assert_eq!(accepted.tracked().0, 0, "receiver state left behind");
+	});
+}
+
+/// A connection lets the peer open few streams at first (quinn-proto keeps state for each one
+/// allowed) and more as it uses them, never past the endpoint's maximum: a peer that holds 100
+/// streams open at once gets them all, and the allowance stops at the cap.
+#[test]
+fn the_stream_allowance_grows_with_use_up_to_the_maximum() {
+	const MAX: u32 = 100;
+	runtime().block_on(async {
+		let cert = certificate();
+		let config = Config::new().with_server(&cert, &[ALPN]).unwrap().with_max_streams(MAX);
+		let server = Endpoint::bind(local(), config).unwrap();
+		let (_, client) = pair(&cert, cert.fingerprint());
+		let conn = client.connect(server.local_addr(), "localhost").unwrap();
+		conn.established().await.unwrap();
+		let accepted = server.accept().await.unwrap();
+		let start = u64::from(moq_quic::INITIAL_STREAMS);
+		assert_eq!(accepted.stream_allowance(Dir::Uni), start);
+		assert_eq!(accepted.stream_allowance(Dir::Bi), start);
+
+		let reader = kio::spawn(async move {
+			let mut open = Vec::new();
+			for _ in 0..MAX {
+				let mut recv = accepted.accept_uni().await.unwrap();
+				assert_eq!(recv.read().await.unwrap().unwrap(), Bytes::from_static(b"x"));
+				open.push(recv);
+			}
+			(accepted, open)
+		});
+		// Every stream stays open (not finished) until all are: MAX at once.
+		let mut sends = Vec::new();
+		for _ in 0..MAX {
+			let mut send = conn.open_uni().await.unwrap();
+			send.write(Bytes::from_static(b"x")).await.unwrap();
+			sends.push(send);
+		}
+		let (accepted, open) = reader.await.unwrap();
+		assert_eq!(open.len(), MAX as usize);
+		assert_eq!(
+			accepted.stream_allowance(Dir::Uni),
+			u64::from(MAX),
+			"capped at the maximum"
+		);
+		assert_eq!(
+			accepted.stream_allowance(Dir::Bi),
+			start,
+			"bidirectional streams unused"
+		);
 	});
 }
 

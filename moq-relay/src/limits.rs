@@ -44,9 +44,10 @@ pub struct LimitOptions {
 	/// [file: `[limits] connection_window`] [default: 4MiB].
 	#[arg(long = "connection-window", value_name = "SIZE")]
 	pub connection_window: Option<Size>,
-	/// Streams of each direction a peer may have open on one connection; quinn-proto keeps state
-	/// for each from the handshake on, about 64 bytes a stream [file: `[limits] streams`]
-	/// [default: 256].
+	/// Streams of each direction a peer may have open on one connection. A connection starts
+	/// with 32 and doubles the allowance each time the peer has half of it open, up to this;
+	/// quinn-proto keeps about 40 bytes of state for each stream allowed
+	/// [file: `[limits] streams`] [default: 256].
 	#[arg(long = "max-streams", value_name = "N")]
 	pub streams: Option<u32>,
 	/// Broadcasts one session may announce at once; more are ignored
@@ -118,9 +119,11 @@ impl Default for Limits {
 			setup_timeout: Duration::from_secs(10),
 			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
-			// quinn-proto sets up every stream a peer may open at the handshake: 1,024 each way cost
-			// 170 KB per connection (handshake or idle), 256 cost 72 KB (tests/memory.rs). 256
-			// concurrent group streams or requests is far more than a publisher or viewer uses.
+			// quinn-proto sets up state for every stream a peer may open: allowing 1,024 each way
+			// from the handshake on cost 170 KB per connection (handshake or idle), 256 cost 72 KB
+			// (tests/memory.rs). Connections now start at 32 (moq_quic::INITIAL_STREAMS) and
+			// grow to this on use; 256 concurrent group streams or requests is far more than a
+			// publisher or viewer uses.
 			streams: 256,
 			session: moq_net::lite::session::Limits::default(),
 			session_cache: None,

@@ -1,8 +1,12 @@
 //! Waiting for whichever of two futures finishes first: a session or a deadline, an accept or
 //! the shutdown.
+//!
+//! [`race`] is a plain future that holds its two futures once. As an `async fn` (taking both by
+//! value, then pinning them into locals) it held each twice, and a race of a race four times: the
+//! wait at the end of every session was 2.2 KB of which 0.6 KB was the three futures it waits on.
 
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// Which future finished.
 #[derive(Debug, PartialEq, Eq)]
@@ -13,18 +17,31 @@ pub enum Either<A, B> {
 	Right(B),
 }
 
-/// The first of two futures to finish; the left one wins a tie. The other is dropped.
-pub async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
-	let mut a = pin!(a);
-	let mut b = pin!(b);
-	std::future::poll_fn(|cx| {
-		if let Poll::Ready(out) = a.as_mut().poll(cx) {
+pin_project_lite::pin_project! {
+	/// See [`race`].
+	#[must_use = "futures do nothing unless awaited"]
+	pub struct Race<A, B> {
+		#[pin]
+		a: A,
+		#[pin]
+		b: B,
+	}
+}
+
+/// The first of two futures to finish; the left one wins a tie. The other is dropped with the
+/// race.
+pub fn race<A: Future, B: Future>(a: A, b: B) -> Race<A, B> {
+	Race { a, b }
+}
+
+impl<A: Future, B: Future> Future for Race<A, B> {
+	type Output = Either<A::Output, B::Output>;
+
+	fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+		let this = self.project();
+		if let Poll::Ready(out) = this.a.poll(cx) {
 			return Poll::Ready(Either::Left(out));
 		}
-		if let Poll::Ready(out) = b.as_mut().poll(cx) {
-			return Poll::Ready(Either::Right(out));
-		}
-		Poll::Pending
-	})
-	.await
+		this.b.poll(cx).map(Either::Right)
+	}
 }
