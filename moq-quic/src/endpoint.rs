@@ -43,6 +43,12 @@ use crate::{Config, ConnectError};
 const TX_QUEUE_LIMIT: usize = 64;
 /// Transmits the sender hands to the kernel per loop turn.
 const TX_BATCH: usize = 32;
+/// The capacity of a buffer for a transmit of one datagram (quinn-proto's MTU discovery stops at
+/// 1,452 bytes by default): one that fits is copied out of the `poll_transmit` buffer into one
+/// of these (see `connection::turn`).
+pub(crate) const SMALL_BUF: usize = 1500;
+/// Buffers kept for reuse, of each size.
+const POOL_LIMIT: usize = TX_QUEUE_LIMIT + TX_BATCH;
 
 /// What a transmit carries out of a connection.
 pub(crate) struct Outgoing {
@@ -94,7 +100,9 @@ pub(crate) struct EndpointState {
 	tx: VecDeque<Outgoing>,
 	tx_waiters: WaiterList,
 	tx_space: WaiterList,
+	/// Buffers for `poll_transmit`, and for single datagrams ([`SMALL_BUF`]).
 	pool: Vec<Vec<u8>>,
+	small_pool: Vec<Vec<u8>>,
 	pub(crate) stats: EndpointStats,
 	closed: bool,
 	response: Vec<u8>,
@@ -221,6 +229,7 @@ impl Endpoint {
 				tx_waiters: WaiterList::new(),
 				tx_space: WaiterList::new(),
 				pool: Vec::new(),
+				small_pool: Vec::new(),
 				stats: EndpointStats::default(),
 				closed: false,
 				response: Vec::new(),
@@ -419,11 +428,25 @@ impl EndpointShared {
 		self.state.borrow_mut().pool.pop().unwrap_or_default()
 	}
 
+	/// A buffer of [`SMALL_BUF`] bytes' capacity, from its pool.
+	pub(crate) fn take_small_buf(&self) -> Vec<u8> {
+		let mut state = self.state.borrow_mut();
+		state.small_pool.pop().unwrap_or_else(|| Vec::with_capacity(SMALL_BUF))
+	}
+
+	/// A sent buffer back to the pool of its size.
 	pub(crate) fn recycle(&self, mut buf: Vec<u8>) {
 		buf.clear();
 		let mut state = self.state.borrow_mut();
-		if state.pool.len() < TX_QUEUE_LIMIT + TX_BATCH {
-			state.pool.push(buf);
+		let pool = if buf.capacity() > SMALL_BUF {
+			&mut state.pool
+		} else if buf.capacity() == SMALL_BUF {
+			&mut state.small_pool
+		} else {
+			return;
+		};
+		if pool.len() < POOL_LIMIT {
+			pool.push(buf);
 		}
 	}
 

@@ -45,7 +45,7 @@ pub struct LimitOptions {
 	#[arg(long = "connection-window", value_name = "SIZE")]
 	pub connection_window: Option<Size>,
 	/// Streams of each direction a peer may have open on one connection. A connection starts
-	/// with 32 and doubles the allowance each time the peer has half of it open, up to this;
+	/// with 16 and doubles the allowance each time the peer has half of it open, up to this;
 	/// quinn-proto keeps about 40 bytes of state for each stream allowed
 	/// [file: `[limits] streams`] [default: 256].
 	#[arg(long = "max-streams", value_name = "N")]
@@ -121,7 +121,7 @@ impl Default for Limits {
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
 			// quinn-proto sets up state for every stream a peer may open: allowing 1,024 each way
 			// from the handshake on cost 170 KB per connection (handshake or idle), 256 cost 72 KB
-			// (tests/memory.rs). Connections now start at 32 (moq_quic::INITIAL_STREAMS) and
+			// (tests/memory.rs). Connections now start at 16 (moq_quic::INITIAL_STREAMS) and
 			// grow to this on use; 256 concurrent group streams or requests is far more than a
 			// publisher or viewer uses.
 			streams: 256,

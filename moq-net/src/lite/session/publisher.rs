@@ -51,15 +51,19 @@ async fn serve<T: Transport + 'static>(
 		}
 		Err(err) => return conclude(&inner, &mut send, Err(err)),
 	};
+	// Each handler's future is boxed: a stream's task lives as long as its request, and inline
+	// it would be the size of the largest handler whatever the request (1.2 KB a stream).
 	let result = match (kind, &publish) {
-		(ControlType::Announce, Some(origin)) => announce(&inner, &mut send, &mut reader, origin).await,
-		(ControlType::Track, Some(origin)) => track(&mut send, &mut reader, origin).await,
-		(ControlType::Subscribe, Some(origin)) => subscribe(&inner, &mut send, &mut reader, origin).await,
-		(ControlType::Fetch, Some(origin)) => fetch(&mut send, &mut reader, origin).await,
+		(ControlType::Announce, Some(origin)) => Box::pin(announce(&inner, &mut send, &mut reader, origin)).await,
+		(ControlType::Track, Some(origin)) => Box::pin(track(&mut send, &mut reader, origin)).await,
+		(ControlType::Subscribe, Some(origin)) => Box::pin(subscribe(&inner, &mut send, &mut reader, origin)).await,
+		(ControlType::Fetch, Some(origin)) => Box::pin(fetch(&mut send, &mut reader, origin)).await,
 		// Nothing to publish: the peer hears an empty set (and nothing more until it ends the
 		// stream), not a refusal. Some peers end the whole session on a refused ANNOUNCE_REQUEST,
 		// and "nothing announced" is simply true.
-		(ControlType::Announce, None) => announce(&inner, &mut send, &mut reader, &Origin::new(0).consumer()).await,
+		(ControlType::Announce, None) => {
+			Box::pin(announce(&inner, &mut send, &mut reader, &Origin::new(0).consumer())).await
+		}
 		(ControlType::Track | ControlType::Subscribe | ControlType::Fetch, None) => {
 			Err(SessionError::Refused(ErrorCode::InvalidRole))
 		}
