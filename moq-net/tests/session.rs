@@ -118,6 +118,55 @@ fn publish_then_subscribe_through_a_relay() {
 	});
 }
 
+/// Frames on either side of the size up to which a frame travels in one chunk with its header
+/// (1,200 bytes), empty ones included, arrive whole, in order and with their timestamps, through
+/// two hops.
+#[test]
+fn frames_of_every_size_arrive_whole_through_a_relay() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher, "sizes");
+		let (_p, _rp) = connect(&relay, client(1, "/live"), Some(&publisher), None).await;
+		let viewer = Origin::new(2);
+		let (_s, _rs) = connect(&relay, client(2, "/live"), None, Some(&viewer)).await;
+		let mut cursor = announced(&viewer, "sizes")
+			.await
+			.subscribe_track("video", sub(1))
+			.unwrap();
+		track.used().await;
+		let sizes = [0usize, 1, 1199, 1200, 1201, 5000, 0, 300];
+		let payload = |i: usize, size: usize| -> Vec<u8> { (0..size).map(|b| (b * 7 + i) as u8).collect() };
+		let frames: Vec<moq_net::model::Frame> = sizes
+			.iter()
+			.enumerate()
+			.map(|(i, &size)| {
+				moq_net::model::Frame::new(moq_net::model::Timestamp::new(i as u64 * 20, 1000), payload(i, size))
+			})
+			.collect();
+		// All in one group, then each alone in a group of its own.
+		let mut group = track.create_group(0).unwrap();
+		for frame in &frames {
+			group.write_frame(frame.clone()).unwrap();
+		}
+		group.finish().unwrap();
+		for (i, frame) in frames.iter().enumerate() {
+			let mut group = track.create_group(1 + i as u64).unwrap();
+			group.write_frame(frame.clone()).unwrap();
+			group.finish().unwrap();
+		}
+		let mut group = cursor.recv_group().await.unwrap().unwrap();
+		for frame in &frames {
+			assert_eq!(&group.read_frame().await.unwrap().unwrap(), frame);
+		}
+		assert!(group.read_frame().await.unwrap().is_none());
+		for frame in &frames {
+			let mut group = cursor.recv_group().await.unwrap().unwrap();
+			assert_eq!(&group.read_frame().await.unwrap().unwrap(), frame);
+		}
+	});
+}
+
 #[test]
 fn the_connection_path_roots_the_session() {
 	kio::block_on(async {

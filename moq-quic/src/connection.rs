@@ -123,9 +123,46 @@ impl std::error::Error for StreamError {
 	}
 }
 
+/// The chunks a stream holds for quinn-proto, front first. The front chunk is kept inline: a MoQ
+/// group is usually one chunk (its headers and a small frame together), and a `VecDeque`'s first
+/// push is an allocation per stream.
+#[derive(Default)]
+struct Chunks {
+	/// The front chunk; `None` only when `rest` is empty too.
+	front: Option<Bytes>,
+	rest: VecDeque<Bytes>,
+}
+
+impl Chunks {
+	fn push_back(&mut self, chunk: Bytes) {
+		if self.front.is_none() {
+			self.front = Some(chunk);
+		} else {
+			self.rest.push_back(chunk);
+		}
+	}
+
+	fn push_front(&mut self, chunk: Bytes) {
+		if let Some(front) = self.front.replace(chunk) {
+			self.rest.push_front(front);
+		}
+	}
+
+	fn pop_front(&mut self) -> Option<Bytes> {
+		let front = self.front.take();
+		self.front = self.rest.pop_front();
+		front
+	}
+
+	fn clear(&mut self) {
+		self.front = None;
+		self.rest.clear();
+	}
+}
+
 /// Our half of a send stream: data not yet handed to quinn-proto, and the scheduler's entry.
 struct SendHalf {
-	queue: VecDeque<Bytes>,
+	queue: Chunks,
 	queued: usize,
 	/// `finish` was called; quinn-proto hears it once the queue is empty.
 	finishing: bool,
@@ -413,7 +450,7 @@ impl ConnState {
 		let send = send.then(|| {
 			let group = self.scheduler.insert_group(0);
 			SendHalf {
-				queue: VecDeque::new(),
+				queue: Chunks::default(),
 				queued: 0,
 				finishing: false,
 				done: false,

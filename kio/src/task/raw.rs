@@ -42,6 +42,7 @@ pub(crate) struct TaskCell<F: Future> {
 }
 
 impl<F: Future> TaskCell<F> {
+	#[inline(always)]
 	pub(crate) fn new(future: F, slot: u32, waiter: Waiter) -> Self {
 		Self {
 			slot,

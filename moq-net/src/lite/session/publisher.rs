@@ -482,8 +482,8 @@ async fn serve_group<T: Transport + 'static>(
 	send.set_priority(priority);
 	let mut send = Sending::new(send);
 	// The stream type and group header travel with the first frame's header: one chunk less
-	// per group.
-	let mut prefix = Vec::new();
+	// per group. Room for both (at most 1 + 8 + 8 and 8 + 8 bytes), so encoding never grows it.
+	let mut prefix = Vec::with_capacity(40);
 	let header = GroupHeader {
 		subscribe_id,
 		sequence: group.sequence(),
@@ -514,6 +514,11 @@ async fn serve_group<T: Transport + 'static>(
 	let _ = send.finish();
 }
 
+/// Frames up to this size travel in one chunk with their header: copying them (a few hundred
+/// bytes) costs less than the allocation, queue entry and stream write a separate chunk takes on
+/// every subscriber's stream. Larger frames are handed over as they are, shared with the cache.
+const COALESCE_MAX: usize = 1200;
+
 /// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with `prefix`
 /// (stream type and group header, if any) in front of the first frame's header.
 async fn write_frames<S: SendStream>(
@@ -540,14 +545,25 @@ async fn write_frames<S: SendStream>(
 		header
 			.try_encode_for(version, &mut prefix)
 			.map_err(SessionError::Encode)?;
-		send.send
-			.write(Bytes::from(std::mem::take(&mut prefix)))
-			.await
-			.map_err(SessionError::Transport)?;
-		let size = frame.payload.len() as u64;
-		send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
+		let size = frame.payload.len();
+		if size <= COALESCE_MAX {
+			// Exactly sized, so the `Bytes` takes the allocation over without another.
+			let mut chunk = Vec::with_capacity(prefix.len() + size);
+			chunk.extend_from_slice(&prefix);
+			chunk.extend_from_slice(&frame.payload);
+			prefix.clear();
+			send.send
+				.write(Bytes::from(chunk))
+				.await
+				.map_err(SessionError::Transport)?;
+		} else {
+			let head = Bytes::copy_from_slice(&prefix);
+			prefix.clear();
+			send.send.write(head).await.map_err(SessionError::Transport)?;
+			send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
+		}
 		if let Some(counters) = counters {
-			counters.bytes_out.fetch_add(size, Ordering::Relaxed);
+			counters.bytes_out.fetch_add(size as u64, Ordering::Relaxed);
 		}
 	}
 	if !prefix.is_empty() {
