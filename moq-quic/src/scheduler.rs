@@ -30,21 +30,26 @@
 //! * A group's ready streams form the same kind of circular list through the stream slots, so
 //!   removing a stream, ready or not, is O(1).
 //! * Levels are found by priority in a small open-addressing hash table (linear probing,
-//!   Fibonacci hashing, backward-shift deletion, so no tombstones), and ordered by a binary
-//!   max-heap of `(priority, level)` that each level knows its place in. Joining an existing
-//!   level is one probe; [`Scheduler::pick`] reads the heap's root. Only creating a level and
-//!   dropping one (when its ring empties) sift the heap: O(log L). The MoQ session gives every
-//!   group stream its own priority, so thousands of levels of one group each are the normal case.
+//!   Fibonacci hashing, backward-shift deletion, so no tombstones), and ordered by a 64-ary
+//!   bitmap trie over the priorities (`Order`), whose words are kept in the same kind of table:
+//!   creating or dropping a level changes the words on its priority's path, stopping at the
+//!   first that was or stays non-empty, and the next level down is found by climbing to the
+//!   first word with a lower bit. The highest level is kept at hand for [`Scheduler::pick`].
+//!   Nothing depends on how many levels there are. The MoQ session gives every group stream its
+//!   own priority, so thousands of levels of one group each are the normal case.
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike): reprioritizing to an existing
-//! level 123 to 126; retiring (the group's stream, then the group) 157 to 159; a level per group,
-//! reprioritizing to a new priority 197 to 227. The first version, on the slab crate and a
-//! `BTreeMap` of levels, took 199 to 201 and 179 to 181 for the first two (an enum check on
-//! every slot access, a B-tree search per join) and 500 to 2,485 for the third (a B-tree
-//! insert, remove and range search per move). Reprioritizing a group alone in its level to a
-//! priority no level has re-keys the level in place (one sift) instead of dropping it and
-//! creating another (two sifts the height of the heap).
+//! level 121 to 123; retiring (the group's stream, then the group) 156 to 157. A level per group
+//! (the session's pattern): retiring a group and inserting one at its priority (a level dropped
+//! and created) 562 to 678, reprioritizing to a new priority 276 to 365, the same at 16 levels
+//! as at 16,384. With a binary heap ordering the levels these were 501 to 1,146, growing with
+//! the levels (a sift the height of the heap each way), and 197 to 227 (a re-keyed level moves
+//! little in a heap; here it leaves its words and joins others). The first version, on the slab
+//! crate and a `BTreeMap` of levels, took 199 to 201 and 179 to 181 for the first two (an enum
+//! check on every slot access, a B-tree search per join) and 500 to 2,485 for a reprioritize to
+//! a new priority. Reprioritizing a group alone in its level to a priority no level has re-keys
+//! the level in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!
@@ -136,8 +141,6 @@ struct Level {
 	priority: i32,
 	/// The front group of the ring (the tail is its `prev`); `FREE` when the slot is free.
 	head: u32,
-	/// This level's index in the heap.
-	at: u32,
 }
 
 /// Marks a free slot (in the field named on each record).
@@ -292,6 +295,212 @@ impl LevelIndex {
 	}
 }
 
+/// Which priorities have a level, in order: a 64-ary bitmap trie over the priorities as unsigned
+/// keys (`priority ^ i32::MIN` keeps their order). The tier-`t` word of a key `k` has a bit for
+/// each of the 64 subtrees under the prefix `k >> 6(t + 1)`, bit `(k >> 6t) & 63` for `k`'s own;
+/// a bit is set while its subtree holds a key. Tiers 0 to 3 keep only their non-empty words, in
+/// an open-addressing table keyed by tier and prefix; tier 4 (four words, by `k >> 30`) and the
+/// root are fields. Adding or removing a key changes at most the words on its path, and stops
+/// at the first that was (or stays) non-empty: under the session's priorities, which are mostly
+/// consecutive, one probe. The highest key below another is found by climbing to the first word
+/// with a lower bit and following the highest bits down: at most eight probes, one when the
+/// next key shares the removed one's word. No operation depends on how many keys there are.
+#[derive(Debug)]
+struct Order {
+	/// `(tier << 26 | prefix, bits)`; an entry with no bits is empty. At most half full.
+	words: Vec<(u32, u64)>,
+	/// `32 - log2(words.len())`.
+	shift: u32,
+	len: usize,
+	/// Tier 4, by `k >> 30`: bit `(k >> 24) & 63`.
+	top: [u64; 4],
+	/// Bit `k >> 30`.
+	root: u64,
+}
+
+/// Tiers kept in the table.
+const HASHED_TIERS: u32 = 4;
+
+fn order_key(priority: i32) -> u32 {
+	(priority as u32) ^ 0x8000_0000
+}
+
+fn order_priority(key: u32) -> i32 {
+	(key ^ 0x8000_0000) as i32
+}
+
+/// The table key of `key`'s word in `tier`.
+fn word_id(key: u32, tier: u32) -> u32 {
+	(tier << 26) | (key >> (6 * tier + 6))
+}
+
+/// `key`'s bit in its word of `tier`.
+fn word_bit(key: u32, tier: u32) -> u64 {
+	1 << ((key >> (6 * tier)) & 63)
+}
+
+fn highest(word: u64) -> u32 {
+	63 - word.leading_zeros()
+}
+
+impl Order {
+	const MIN_WORDS: usize = 8;
+
+	fn new() -> Self {
+		Self {
+			words: vec![(0, 0); Self::MIN_WORDS],
+			shift: 32 - Self::MIN_WORDS.trailing_zeros(),
+			len: 0,
+			top: [0; 4],
+			root: 0,
+		}
+	}
+
+	/// The entry of word `id`, or the empty one where it would go.
+	fn find(&self, id: u32) -> usize {
+		let mask = self.words.len() - 1;
+		let mut at = (id.wrapping_mul(0x9e37_79b9) >> self.shift) as usize;
+		loop {
+			let (key, bits) = self.words[at];
+			if bits == 0 || key == id {
+				return at;
+			}
+			at = (at + 1) & mask;
+		}
+	}
+
+	fn word(&self, id: u32) -> u64 {
+		self.words[self.find(id)].1
+	}
+
+	/// Sets `bit` in word `id`; true if the word was empty.
+	fn set(&mut self, id: u32, bit: u64) -> bool {
+		let mut at = self.find(id);
+		let bits = self.words[at].1;
+		if bits != 0 {
+			self.words[at].1 = bits | bit;
+			return false;
+		}
+		if (self.len + 1) * 2 > self.words.len() {
+			self.grow();
+			at = self.find(id);
+		}
+		self.len += 1;
+		self.words[at] = (id, bit);
+		true
+	}
+
+	/// Clears `bit` in word `id`, which holds it; true if the word is now empty (and gone).
+	fn clear(&mut self, id: u32, bit: u64) -> bool {
+		let at = self.find(id);
+		let bits = self.words[at].1 & !bit;
+		self.words[at].1 = bits;
+		if bits != 0 {
+			return false;
+		}
+		self.len -= 1;
+		// Backward-shift deletion, as in `LevelIndex::remove`.
+		let mask = self.words.len() - 1;
+		let mut hole = at;
+		let mut next = at;
+		loop {
+			next = (next + 1) & mask;
+			let (key, bits) = self.words[next];
+			if bits == 0 {
+				break;
+			}
+			let home = (key.wrapping_mul(0x9e37_79b9) >> self.shift) as usize;
+			if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(hole) & mask) {
+				self.words[hole] = (key, bits);
+				self.words[next].1 = 0;
+				hole = next;
+			}
+		}
+		true
+	}
+
+	fn grow(&mut self) {
+		let bigger = vec![(0, 0); self.words.len() * 2];
+		let old = std::mem::replace(&mut self.words, bigger);
+		self.shift -= 1;
+		for (id, bits) in old {
+			if bits != 0 {
+				let at = self.find(id);
+				self.words[at] = (id, bits);
+			}
+		}
+	}
+
+	/// Adds `priority`, which must be absent.
+	fn insert(&mut self, priority: i32) {
+		let key = order_key(priority);
+		for tier in 0..HASHED_TIERS {
+			if !self.set(word_id(key, tier), word_bit(key, tier)) {
+				return;
+			}
+		}
+		let t = (key >> 30) as usize;
+		self.top[t] |= word_bit(key, 4);
+		self.root |= 1 << t;
+	}
+
+	/// Removes `priority`, which must be present.
+	fn remove(&mut self, priority: i32) {
+		let key = order_key(priority);
+		for tier in 0..HASHED_TIERS {
+			if !self.clear(word_id(key, tier), word_bit(key, tier)) {
+				return;
+			}
+		}
+		let t = (key >> 30) as usize;
+		self.top[t] &= !word_bit(key, 4);
+		if self.top[t] == 0 {
+			self.root &= !(1 << t);
+		}
+	}
+
+	/// The highest priority present (the scheduler keeps its level at hand; the tests walk from it).
+	#[cfg(test)]
+	fn max(&self) -> Option<i32> {
+		if self.root == 0 {
+			return None;
+		}
+		let t = highest(self.root);
+		Some(self.descend((t << 6) | highest(self.top[t as usize]), 4))
+	}
+
+	/// The highest priority present below `priority` (present or not).
+	fn below(&self, priority: i32) -> Option<i32> {
+		let key = order_key(priority);
+		for tier in 0..HASHED_TIERS {
+			let lower = self.word(word_id(key, tier)) & (word_bit(key, tier) - 1);
+			if lower != 0 {
+				return Some(self.descend(((key >> (6 * tier + 6)) << 6) | highest(lower), tier));
+			}
+		}
+		let t = key >> 30;
+		let lower = self.top[t as usize] & (word_bit(key, 4) - 1);
+		if lower != 0 {
+			return Some(self.descend((t << 6) | highest(lower), 4));
+		}
+		let lower = self.root & ((1 << t) - 1);
+		if lower == 0 {
+			return None;
+		}
+		let t = highest(lower);
+		Some(self.descend((t << 6) | highest(self.top[t as usize]), 4))
+	}
+
+	/// Follows the highest bits from `prefix` (a set bit of `tier`'s word, as `key >> 6 * tier`)
+	/// down to a key.
+	fn descend(&self, mut prefix: u32, tier: u32) -> i32 {
+		for t in (0..tier).rev() {
+			prefix = (prefix << 6) | highest(self.word((t << 26) | prefix));
+		}
+		order_priority(prefix)
+	}
+}
+
 /// The send scheduler of one connection: strict priority levels, deficit round robin of send
 /// groups within a level, streams within a group (see the module docs).
 #[derive(Debug)]
@@ -301,9 +510,10 @@ pub struct Scheduler {
 	streams: Slots<Stream>,
 	levels: Slots<Level>,
 	index: LevelIndex,
-	/// Max-heap of `(priority, level slot)` over the levels that have a ring; the root is the
-	/// level `pick` serves.
-	heap: Vec<(i32, u32)>,
+	/// The priorities of the levels, in order.
+	order: Order,
+	/// The level of the highest priority, the one `pick` serves; `NIL` when there is none.
+	top: u32,
 	/// Streams in a ready list, anywhere.
 	ready: usize,
 }
@@ -328,7 +538,8 @@ impl Scheduler {
 			streams: Slots::with_capacity(streams),
 			levels: Slots::with_capacity(0),
 			index: LevelIndex::new(),
-			heap: Vec::new(),
+			order: Order::new(),
+			top: NIL,
 			ready: 0,
 		}
 	}
@@ -367,8 +578,7 @@ impl Scheduler {
 		g.deficit = 0;
 		let has_ready = g.first != NIL;
 		// Alone in its ring and bound for a priority no level has (the session's pattern): the
-		// level changes key instead of being dropped and created again, which would sift the
-		// heap twice all the way.
+		// level changes key instead of being dropped and created again.
 		let (alone, level) = (g.next == group.0, g.level);
 		if has_ready && alone && self.index.get(priority) == NIL {
 			self.rekey(level, priority);
@@ -465,7 +675,8 @@ impl Scheduler {
 	/// is left of it. Dry groups met at a ring's front are unlinked on the way. Picking twice
 	/// without [`Scheduler::sent`] returns the same pick.
 	pub fn pick(&mut self) -> Option<Pick> {
-		while let Some(&(_, level)) = self.heap.first() {
+		while self.top != NIL {
+			let level = self.top;
 			let group = self.levels[level].head;
 			let g = &mut self.groups[group];
 			if g.first == NIL {
@@ -666,20 +877,17 @@ impl Scheduler {
 		g.next = head;
 	}
 
-	/// A level at `priority` whose ring is just `group`. Kept out of line: inlined, its heap and
-	/// index work made every `link_tail` save and restore six registers, some 20 instructions
+	/// A level at `priority` whose ring is just `group`. Kept out of line: inlined, its index and
+	/// order work made every `link_tail` save and restore six registers, some 20 instructions
 	/// of a join that does not create a level.
 	#[inline(never)]
 	fn create_level(&mut self, group: u32, priority: i32) {
-		let at = slot_u32(self.heap.len());
-		let level = self.levels.insert(Level {
-			priority,
-			head: group,
-			at,
-		});
+		let level = self.levels.insert(Level { priority, head: group });
 		self.index.insert(priority, level);
-		self.heap.push((priority, level));
-		self.sift_up(at as usize);
+		self.order.insert(priority);
+		if self.top == NIL || self.levels[self.top].priority < priority {
+			self.top = level;
+		}
 		let g = &mut self.groups[group];
 		g.level = level;
 		g.prev = group;
@@ -690,79 +898,36 @@ impl Scheduler {
 	#[inline(never)]
 	fn drop_level(&mut self, level: u32) {
 		let l = &mut self.levels[level];
-		let (priority, at) = (l.priority, l.at as usize);
+		let priority = l.priority;
 		l.head = FREE;
 		self.levels.free(level);
 		self.index.remove(priority);
-		let last = self.heap.pop().expect("a live level is in the heap");
-		if at < self.heap.len() {
-			// The last entry fills the gap and moves whichever way it is out of order.
-			self.heap[at] = last;
-			self.levels[last.1].at = at as u32;
-			if at > 0 && self.heap[(at - 1) / 2].0 < last.0 {
-				self.sift_up(at);
-			} else {
-				self.sift_down(at);
-			}
+		self.order.remove(priority);
+		if self.top == level {
+			// It was the highest: the next is the highest below it.
+			self.top = self.order.below(priority).map_or(NIL, |p| self.index.get(p));
 		}
 	}
 
-	/// Gives `level` a new priority, which no level has, and restores the heap order.
+	/// Gives `level` a new priority, which no level has.
 	#[inline(never)]
 	fn rekey(&mut self, level: u32, priority: i32) {
 		let l = &mut self.levels[level];
-		let (old, at) = (l.priority, l.at as usize);
+		let old = l.priority;
 		l.priority = priority;
 		self.index.remove(old);
 		self.index.insert(priority, level);
-		self.heap[at].0 = priority;
-		if priority > old {
-			self.sift_up(at);
-		} else {
-			self.sift_down(at);
-		}
-	}
-
-	fn sift_up(&mut self, mut at: usize) {
-		let entry = self.heap[at];
-		while at > 0 {
-			let parent = (at - 1) / 2;
-			let above = self.heap[parent];
-			if above.0 >= entry.0 {
-				break;
+		self.order.remove(old);
+		self.order.insert(priority);
+		if self.top == level {
+			// It was the highest: it still is unless a level below its old priority is above
+			// its new one (found from the old key's word, usually without climbing).
+			if let Some(next) = self.order.below(old).filter(|&next| next > priority) {
+				self.top = self.index.get(next);
 			}
-			self.heap[at] = above;
-			self.levels[above.1].at = at as u32;
-			at = parent;
+		} else if self.levels[self.top].priority < priority {
+			self.top = level;
 		}
-		self.heap[at] = entry;
-		self.levels[entry.1].at = at as u32;
-	}
-
-	fn sift_down(&mut self, mut at: usize) {
-		let entry = self.heap[at];
-		let len = self.heap.len();
-		loop {
-			let left = 2 * at + 1;
-			if left >= len {
-				break;
-			}
-			let right = left + 1;
-			let child = if right < len && self.heap[right].0 > self.heap[left].0 {
-				right
-			} else {
-				left
-			};
-			let below = self.heap[child];
-			if below.0 <= entry.0 {
-				break;
-			}
-			self.heap[at] = below;
-			self.levels[below.1].at = at as u32;
-			at = child;
-		}
-		self.heap[at] = entry;
-		self.levels[entry.1].at = at as u32;
 	}
 }
 
@@ -782,7 +947,7 @@ mod tests {
 	use super::*;
 
 	impl Scheduler {
-		/// Walks every ring, ready list, heap entry and index entry and checks each link, count
+		/// Walks every ring, ready list, order entry and index entry and checks each link, count
 		/// and cached value.
 		fn check(&self) {
 			let live = |n: usize, free: &dyn Fn(u32) -> bool| (0..n as u32).filter(|&x| !free(x)).collect::<Vec<u32>>();
@@ -794,16 +959,24 @@ mod tests {
 				(self.levels.len(), self.groups(), self.streams()),
 				"free lists and free marks disagree"
 			);
-			assert_eq!(self.heap.len(), levels.len());
 			assert_eq!(self.index.len, levels.len());
 			assert_eq!(self.index.entries.iter().filter(|e| e.1 != NIL).count(), levels.len());
-			for (at, &(priority, level)) in self.heap.iter().enumerate() {
-				assert_eq!(self.levels[level].priority, priority);
-				assert_eq!(self.levels[level].at as usize, at, "a level that lost its heap place");
-				if at > 0 {
-					assert!(self.heap[(at - 1) / 2].0 > priority, "heap order broken at {at}");
-				}
+			// The order holds exactly the levels' priorities, and walks them down from the top.
+			let mut priorities: Vec<i32> = levels.iter().map(|&l| self.levels[l].priority).collect();
+			priorities.sort_unstable_by(|a, b| b.cmp(a));
+			let mut walked = Vec::new();
+			let mut next = self.order.max();
+			while let Some(priority) = next {
+				walked.push(priority);
+				assert!(walked.len() <= levels.len(), "the order holds more than the levels");
+				next = self.order.below(priority);
 			}
+			assert_eq!(walked, priorities, "the order and the levels disagree");
+			assert_eq!(
+				self.top,
+				priorities.first().map_or(NIL, |&p| self.index.get(p)),
+				"top is not the highest level"
+			);
 			let mut linked = 0;
 			for &level in &levels {
 				let priority = self.levels[level].priority;
@@ -1162,7 +1335,7 @@ mod tests {
 		}
 		s.check();
 		assert_eq!((s.groups(), s.streams()), (0, 0));
-		assert!(s.is_empty() && s.heap.is_empty());
+		assert!(s.is_empty() && s.top == NIL && s.order.max().is_none());
 		assert_eq!((s.levels.len(), s.index.len), (0, 0));
 		// Slots are reused: the same population again takes no new ones.
 		let slots = (s.groups.items.len(), s.streams.items.len());
@@ -1381,7 +1554,7 @@ mod tests {
 			(self.next() % n as u64) as usize
 		}
 
-		/// With `many`, mostly a level per group (the session's pattern, which works the heap);
+		/// With `many`, mostly a level per group (the session's pattern, which works the order);
 		/// otherwise mostly a few shared levels (rings of several groups); sometimes anywhere.
 		fn priority(&mut self, many: bool) -> i32 {
 			match (self.below(8), many) {
@@ -1562,5 +1735,63 @@ mod tests {
 			"the table never grew: {}",
 			index.entries.len()
 		);
+	}
+
+	/// The order against a sorted set: random adds and removes over dense, sparse and extreme
+	/// priorities; after each, the maximum and the next one below every probe agree.
+	#[test]
+	fn the_order_agrees_with_a_sorted_set() {
+		let mut order = Order::new();
+		let mut set = std::collections::BTreeSet::new();
+		let mut rng = 0x2545_f491_4f6c_dd1du64;
+		let mut next = || {
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			rng
+		};
+		let extremes = [
+			i32::MIN,
+			i32::MIN + 1,
+			-1,
+			0,
+			1,
+			63,
+			64,
+			4095,
+			4096,
+			i32::MAX - 1,
+			i32::MAX,
+		];
+		for step in 0..20_000 {
+			let r = next();
+			let priority = match r % 4 {
+				0 => extremes[(r >> 8) as usize % extremes.len()],
+				1 => (r >> 8) as i32,
+				// The session's pattern: a priority byte over a dense rank.
+				_ => (((r >> 8) % 3) as i32) << 23 | ((r >> 16) % 300) as i32,
+			};
+			if set.insert(priority) {
+				order.insert(priority);
+			} else {
+				set.remove(&priority);
+				order.remove(priority);
+			}
+			assert_eq!(order.max(), set.last().copied(), "max after step {step}");
+			let probe = match next() % 3 {
+				0 => priority,
+				1 => extremes[(next() % extremes.len() as u64) as usize],
+				_ => next() as i32,
+			};
+			assert_eq!(
+				order.below(probe),
+				set.range(..probe).next_back().copied(),
+				"below {probe} at step {step}"
+			);
+		}
+		while let Some(priority) = set.pop_first() {
+			order.remove(priority);
+		}
+		assert_eq!((order.max(), order.len, order.root), (None, 0, 0));
 	}
 }
