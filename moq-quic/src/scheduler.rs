@@ -31,7 +31,8 @@
 //!   removing a stream, ready or not, is O(1).
 //! * Levels are found by priority in a small open-addressing hash table (linear probing,
 //!   Fibonacci hashing, backward-shift deletion, so no tombstones), and ordered by a 64-ary
-//!   bitmap trie over the priorities (`Order`), whose words are kept in the same kind of table:
+//!   bitmap trie over the priorities (`Trie`, behind a sorted array for the first few:
+//!   `Order`), whose words are kept in the same kind of table:
 //!   creating or dropping a level changes the words on its priority's path, stopping at the
 //!   first that was or stays non-empty, and the next level down is found by climbing to the
 //!   first word with a lower bit. The highest level is kept at hand for [`Scheduler::pick`].
@@ -42,14 +43,17 @@
 //! 2 or 8 levels, at the front, middle and tail of a ring alike): reprioritizing to an existing
 //! level 121 to 123; retiring (the group's stream, then the group) 156 to 157. A level per group
 //! (the session's pattern): retiring a group and inserting one at its priority (a level dropped
-//! and created) 562 to 678, reprioritizing to a new priority 276 to 365, the same at 16 levels
+//! and created) 594 to 714, reprioritizing to a new priority 308 to 401, the same at 16 levels
 //! as at 16,384. With a binary heap ordering the levels these were 501 to 1,146, growing with
 //! the levels (a sift the height of the heap each way), and 197 to 227 (a re-keyed level moves
-//! little in a heap; here it leaves its words and joins others). The first version, on the slab
-//! crate and a `BTreeMap` of levels, took 199 to 201 and 179 to 181 for the first two (an enum
-//! check on every slot access, a B-tree search per join) and 500 to 2,485 for a reprioritize to
-//! a new priority. Reprioritizing a group alone in its level to a priority no level has re-keys
-//! the level in place instead of dropping it and creating another.
+//! little in a heap; here it leaves its words and joins others). Up to four levels, the usual
+//! count on a relay's connection, sit in a sorted array: in the trie alone, the relay's one or
+//! two levels per connection cost some 550 instructions per delivered frame (every add and
+//! remove of a lone key climbs all the tiers). The first version, on the slab crate and a
+//! `BTreeMap` of levels, took 199 to 201 and 179 to 181 for the first two (an enum check on
+//! every slot access, a B-tree search per join) and 500 to 2,485 for a reprioritize to a new
+//! priority. Reprioritizing a group alone in its level to a priority no level has re-keys the
+//! level in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!
@@ -295,7 +299,115 @@ impl LevelIndex {
 	}
 }
 
-/// Which priorities have a level, in order: a 64-ary bitmap trie over the priorities as unsigned
+/// Which priorities have a level, in order. Up to [`SMALL_ORDER`] of them sit in a sorted array:
+/// a connection of the relay usually has one to three group streams in flight, and with a
+/// single key every add and remove in the trie climbs all its tiers (about 230 instructions
+/// each way per delivered frame, callgrind). Past that they move to a [`Trie`], and back once
+/// they are down to half. Every operation is bounded by the array's size or the trie's height.
+#[derive(Debug)]
+struct Order {
+	/// Ascending; `small_len` of them, while not `spilled`.
+	small: [i32; SMALL_ORDER],
+	small_len: usize,
+	spilled: bool,
+	/// The keys while `spilled`; its table is allocated on the first spill.
+	trie: Trie,
+}
+
+/// Priorities the sorted array holds. Past a few, the array's moves cost more than the trie's
+/// probes (at 16: 618 instructions per retire and insert of a level, against 562 in the trie).
+const SMALL_ORDER: usize = 4;
+
+impl Order {
+	fn new() -> Self {
+		Self {
+			small: [0; SMALL_ORDER],
+			small_len: 0,
+			spilled: false,
+			trie: Trie::new(),
+		}
+	}
+
+	/// Adds `priority`, which must be absent.
+	fn insert(&mut self, priority: i32) {
+		if !self.spilled {
+			let len = self.small_len;
+			if len < SMALL_ORDER {
+				// Insertion into a handful: plain moves beat a binary search and a `memmove`.
+				let mut at = len;
+				while at > 0 && self.small[at - 1] > priority {
+					self.small[at] = self.small[at - 1];
+					at -= 1;
+				}
+				self.small[at] = priority;
+				self.small_len = len + 1;
+				return;
+			}
+			for &p in &self.small[..len] {
+				self.trie.insert(p);
+			}
+			self.small_len = 0;
+			self.spilled = true;
+		}
+		self.trie.insert(priority);
+	}
+
+	/// Removes `priority`, which must be present.
+	fn remove(&mut self, priority: i32) {
+		if !self.spilled {
+			let len = self.small_len;
+			let mut at = 0;
+			while self.small[at] != priority {
+				at += 1;
+			}
+			while at + 1 < len {
+				self.small[at] = self.small[at + 1];
+				at += 1;
+			}
+			self.small_len = len - 1;
+			return;
+		}
+		self.trie.remove(priority);
+		if self.trie.count <= SMALL_ORDER / 2 {
+			// Back to the array, lowest first.
+			let mut len = self.trie.count;
+			let mut next = self.trie.max();
+			while let Some(p) = next {
+				len -= 1;
+				self.small[len] = p;
+				next = self.trie.below(p);
+			}
+			self.small_len = self.trie.count;
+			for &p in &self.small[..self.small_len] {
+				self.trie.remove(p);
+			}
+			self.spilled = false;
+		}
+	}
+
+	/// The highest priority present.
+	#[cfg(test)]
+	fn max(&self) -> Option<i32> {
+		match self.spilled {
+			false => self.small[..self.small_len].last().copied(),
+			true => self.trie.max(),
+		}
+	}
+
+	/// The highest priority present below `priority` (present or not).
+	fn below(&self, priority: i32) -> Option<i32> {
+		match self.spilled {
+			false => self.small[..self.small_len]
+				.iter()
+				.rev()
+				.find(|&&p| p < priority)
+				.copied(),
+			true => self.trie.below(priority),
+		}
+	}
+}
+
+/// Many priorities in order: a 64-ary bitmap trie over the priorities as unsigned
 /// keys (`priority ^ i32::MIN` keeps their order). The tier-`t` word of a key `k` has a bit for
 /// each of the 64 subtrees under the prefix `k >> 6(t + 1)`, bit `(k >> 6t) & 63` for `k`'s own;
 /// a bit is set while its subtree holds a key. Tiers 0 to 3 keep only their non-empty words, in
@@ -306,12 +418,15 @@ impl LevelIndex {
 /// with a lower bit and following the highest bits down: at most eight probes, one when the
 /// next key shares the removed one's word. No operation depends on how many keys there are.
 #[derive(Debug)]
-struct Order {
+struct Trie {
 	/// `(tier << 26 | prefix, bits)`; an entry with no bits is empty. At most half full.
 	words: Vec<(u32, u64)>,
 	/// `32 - log2(words.len())`.
 	shift: u32,
+	/// Words in the table.
 	len: usize,
+	/// Keys in the trie.
+	count: usize,
 	/// Tier 4, by `k >> 30`: bit `(k >> 24) & 63`.
 	top: [u64; 4],
 	/// Bit `k >> 30`.
@@ -343,14 +458,16 @@ fn highest(word: u64) -> u32 {
 	63 - word.leading_zeros()
 }
 
-impl Order {
+impl Trie {
 	const MIN_WORDS: usize = 8;
 
+	/// An empty trie; its table is allocated by the first insert.
 	fn new() -> Self {
 		Self {
-			words: vec![(0, 0); Self::MIN_WORDS],
+			words: Vec::new(),
 			shift: 32 - Self::MIN_WORDS.trailing_zeros(),
 			len: 0,
+			count: 0,
 			top: [0; 4],
 			root: 0,
 		}
@@ -433,6 +550,10 @@ impl Order {
 
 	/// Adds `priority`, which must be absent.
 	fn insert(&mut self, priority: i32) {
+		if self.words.is_empty() {
+			self.words = vec![(0, 0); Self::MIN_WORDS];
+		}
+		self.count += 1;
 		let key = order_key(priority);
 		for tier in 0..HASHED_TIERS {
 			if !self.set(word_id(key, tier), word_bit(key, tier)) {
@@ -446,6 +567,7 @@ impl Order {
 
 	/// Removes `priority`, which must be present.
 	fn remove(&mut self, priority: i32) {
+		self.count -= 1;
 		let key = order_key(priority);
 		for tier in 0..HASHED_TIERS {
 			if !self.clear(word_id(key, tier), word_bit(key, tier)) {
@@ -459,8 +581,7 @@ impl Order {
 		}
 	}
 
-	/// The highest priority present (the scheduler keeps its level at hand; the tests walk from it).
-	#[cfg(test)]
+	/// The highest priority present.
 	fn max(&self) -> Option<i32> {
 		if self.root == 0 {
 			return None;
@@ -1738,7 +1859,8 @@ mod tests {
 	}
 
 	/// The order against a sorted set: random adds and removes over dense, sparse and extreme
-	/// priorities; after each, the maximum and the next one below every probe agree.
+	/// priorities; after each, the maximum and the next one below every probe agree, and the
+	/// keys are in the array exactly when there are few of them.
 	#[test]
 	fn the_order_agrees_with_a_sorted_set() {
 		let mut order = Order::new();
@@ -1763,13 +1885,24 @@ mod tests {
 			i32::MAX - 1,
 			i32::MAX,
 		];
-		for step in 0..20_000 {
+		// Phases that mostly add, then mostly remove, so the set crosses the array's size both
+		// ways (into the trie and back) at sizes from none to thousands.
+		let mut draining = false;
+		let mut phase_left = 0;
+		let (mut was_spilled, mut crossings) = (false, 0);
+		for step in 0..40_000 {
+			if phase_left == 0 {
+				draining = !draining;
+				phase_left = 20 + next() % 3000;
+			}
+			phase_left -= 1;
 			let r = next();
-			let priority = match r % 4 {
-				0 => extremes[(r >> 8) as usize % extremes.len()],
-				1 => (r >> 8) as i32,
+			let priority = match (draining && !set.is_empty(), r % 4) {
+				(true, _) => *set.iter().nth((r >> 8) as usize % set.len()).unwrap(),
+				(false, 0) => extremes[(r >> 8) as usize % extremes.len()],
+				(false, 1) => (r >> 8) as i32,
 				// The session's pattern: a priority byte over a dense rank.
-				_ => (((r >> 8) % 3) as i32) << 23 | ((r >> 16) % 300) as i32,
+				(false, _) => (((r >> 8) % 3) as i32) << 23 | ((r >> 16) % 300) as i32,
 			};
 			if set.insert(priority) {
 				order.insert(priority);
@@ -1778,6 +1911,13 @@ mod tests {
 				order.remove(priority);
 			}
 			assert_eq!(order.max(), set.last().copied(), "max after step {step}");
+			crossings += usize::from(order.spilled != was_spilled);
+			was_spilled = order.spilled;
+			if order.spilled {
+				assert!(set.len() > SMALL_ORDER / 2, "{} keys left in the trie", set.len());
+			} else {
+				assert!(set.len() <= SMALL_ORDER, "{} keys in the array", set.len());
+			}
 			let probe = match next() % 3 {
 				0 => priority,
 				1 => extremes[(next() % extremes.len() as u64) as usize],
@@ -1789,9 +1929,11 @@ mod tests {
 				"below {probe} at step {step}"
 			);
 		}
+		assert!(crossings >= 10, "only {crossings} moves between the array and the trie");
 		while let Some(priority) = set.pop_first() {
 			order.remove(priority);
 		}
-		assert_eq!((order.max(), order.len, order.root), (None, 0, 0));
+		assert_eq!((order.max(), order.spilled, order.trie.count), (None, false, 0));
+		assert_eq!((order.trie.len, order.trie.root), (0, 0), "the trie kept words");
 	}
 }
