@@ -621,7 +621,8 @@ async fn send(shared: Rc<EndpointShared>) {
 		.await;
 		match &shared.io {
 			Io::Udp(socket) => {
-				let mut sends: Vec<Pin<Box<kio::net::UdpSend<'_>>>> = Vec::with_capacity(batch.len());
+				// `UdpSend` is `Unpin`: the sends sit in the vector itself, no box each.
+				let mut sends: Vec<kio::net::UdpSend<'_>> = Vec::with_capacity(batch.len());
 				for out in batch.drain(..) {
 					let mut transmit = kio::net::Transmit::new(out.destination, &out.buf);
 					if let Some(size) = out.segment_size.filter(|s| *s < out.buf.len()) {
@@ -634,7 +635,7 @@ async fn send(shared: Rc<EndpointShared>) {
 						transmit = transmit.src_ip(ip);
 					}
 					// The payload is copied into the operation here, so the buffer is free again.
-					sends.push(Box::pin(socket.send(&transmit)));
+					sends.push(socket.send(&transmit));
 					shared.recycle(out.buf);
 				}
 				let failed = join_all(&mut sends).await;
@@ -652,25 +653,26 @@ async fn send(shared: Rc<EndpointShared>) {
 	}
 }
 
-/// Waits for every send; returns how many failed.
-async fn join_all(sends: &mut [Pin<Box<kio::net::UdpSend<'_>>>]) -> u64 {
-	let mut done = vec![false; sends.len()];
+/// Waits for every send; returns how many failed. Finished sends leave the vector as they
+/// complete.
+async fn join_all(sends: &mut Vec<kio::net::UdpSend<'_>>) -> u64 {
 	let mut failed = 0;
 	std::future::poll_fn(|cx| {
-		let mut pending = false;
-		for (send, done) in sends.iter_mut().zip(done.iter_mut()) {
-			if *done {
-				continue;
-			}
-			match send.as_mut().poll(cx) {
+		let mut at = 0;
+		while at < sends.len() {
+			match Pin::new(&mut sends[at]).poll(cx) {
 				Poll::Ready(result) => {
-					*done = true;
 					failed += u64::from(result.is_err());
+					drop(sends.swap_remove(at));
 				}
-				Poll::Pending => pending = true,
+				Poll::Pending => at += 1,
 			}
 		}
-		if pending { Poll::Pending } else { Poll::Ready(()) }
+		if sends.is_empty() {
+			Poll::Ready(())
+		} else {
+			Poll::Pending
+		}
 	})
 	.await;
 	failed
