@@ -219,9 +219,8 @@ pub(crate) struct ConnState {
 	groups: IdMap<u64, SharedGroup>,
 	scheduler: Scheduler,
 	gso_segments: usize,
-	/// Streams of each direction the peer may have open now, and the most it may be allowed
-	/// ([`crate::Config::max_streams`]).
-	allowance: [u64; 2],
+	/// The most streams of each direction the peer may be allowed ([`crate::Config::max_streams`]);
+	/// what it is allowed now is quinn-proto's `max_concurrent_streams`.
 	max_streams: u64,
 	/// An estimate, never above the truth, of the stream bytes quinn-proto was given and has not
 	/// sent yet (see the module docs).
@@ -248,13 +247,11 @@ impl ConnShared {
 		let unannounced = proto.side().is_server();
 		let max_streams = u64::from(max_streams);
 		let mut proto = proto;
-		let allowance = [Dir::Bi, Dir::Uni].map(|dir| {
-			let start = proto.max_concurrent_streams(dir);
-			if start > max_streams {
+		for dir in [Dir::Bi, Dir::Uni] {
+			if proto.max_concurrent_streams(dir) > max_streams {
 				proto.set_max_concurrent_streams(dir, VarInt::from_u64(max_streams).unwrap_or(VarInt::MAX));
 			}
-			start.min(max_streams)
-		});
+		}
 		Rc::new(Self {
 			handle,
 			endpoint,
@@ -275,7 +272,6 @@ impl ConnShared {
 				groups: IdMap::default(),
 				scheduler: Scheduler::new(QUANTUM),
 				gso_segments,
-				allowance,
 				max_streams,
 				unsent: 0,
 				unannounced,
@@ -406,13 +402,13 @@ impl ConnState {
 	/// [`crate::INITIAL_STREAMS`]), and a peer that keeps opening streams is never held back more
 	/// than the round trip of the MAX_STREAMS that this sends.
 	fn grow_allowance(&mut self, dir: Dir) {
-		let allowance = &mut self.allowance[dir_index(dir)];
-		if *allowance >= self.max_streams || self.proto.streams().remote_open_streams(dir) * 2 < *allowance {
+		let allowance = self.proto.max_concurrent_streams(dir);
+		if allowance >= self.max_streams || self.proto.streams().remote_open_streams(dir) * 2 < allowance {
 			return;
 		}
-		*allowance = (*allowance * 2).clamp(1, self.max_streams);
-		let count = VarInt::from_u64(*allowance).unwrap_or(VarInt::MAX);
-		self.proto.set_max_concurrent_streams(dir, count);
+		let count = (allowance * 2).clamp(1, self.max_streams);
+		self.proto
+			.set_max_concurrent_streams(dir, VarInt::from_u64(count).unwrap_or(VarInt::MAX));
 	}
 
 	/// The peer stopped a stream: drop what is queued, and reset it with the same code.
@@ -864,7 +860,7 @@ impl Connection {
 	/// Streams of `dir` the peer may have open at once now: it starts at the transport's
 	/// setting and grows with use up to [`crate::Config::max_streams`].
 	pub fn stream_allowance(&self, dir: Dir) -> u64 {
-		self.state().allowance[dir_index(dir)]
+		self.state().proto.max_concurrent_streams(dir)
 	}
 
 	/// quinn-proto's statistics.

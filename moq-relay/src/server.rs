@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use kio::net::TcpListener;
@@ -342,23 +342,8 @@ async fn open_quic(
 	worker: usize,
 ) -> Option<Opened<Connection>> {
 	let remote = conn.remote_address();
-	let peer = match race(
-		session::setup(&conn, &config),
-		kio::time::sleep(shared.limits.setup_timeout),
-	)
-	.await
-	{
-		Either::Left(Ok(peer)) => peer,
-		Either::Left(Err(err)) => {
-			debug!(%remote, %err, "setup failed");
-			return None;
-		}
-		Either::Right(()) => {
-			debug!(%remote, "no SETUP in time");
-			conn.close(ErrorCode::Timeout.code(), "setup timeout");
-			return None;
-		}
-	};
+	let deadline = kio::time::now() + shared.limits.setup_timeout;
+	let peer = setup_by(&conn, &config, deadline, remote).await?;
 	let url = peer.path.clone().unwrap_or_default();
 	let Some(grant) = authorize(shared, &url, remote) else {
 		conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
@@ -427,18 +412,7 @@ async fn open_webtransport(
 		debug!(%remote, offered = ?request.connect.protocols, "no sub-protocol in common");
 	}
 	let transport = request.accept(protocol.as_deref());
-	let peer = match race(session::setup(&transport, &config), kio::time::sleep_until(deadline)).await {
-		Either::Left(Ok(peer)) => peer,
-		Either::Left(Err(err)) => {
-			debug!(%remote, %err, "setup failed");
-			return None;
-		}
-		Either::Right(()) => {
-			debug!(%remote, "no SETUP in time");
-			transport.close(ErrorCode::Timeout.code(), "setup timeout");
-			return None;
-		}
-	};
+	let peer = setup_by(&transport, &config, deadline, remote).await?;
 	let link = Link {
 		remote,
 		worker,
@@ -451,6 +425,28 @@ async fn open_webtransport(
 		grant,
 		link,
 	})
+}
+
+/// The peer's SETUP over `transport`, or `None` (logged; closed with Timeout when late) if it
+/// fails or has not come by `deadline`.
+async fn setup_by<T: Transport>(
+	transport: &T,
+	config: &session::Config,
+	deadline: Instant,
+	remote: SocketAddr,
+) -> Option<session::PeerSetup> {
+	match race(session::setup(transport, config), kio::time::sleep_until(deadline)).await {
+		Either::Left(Ok(peer)) => Some(peer),
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "setup failed");
+			None
+		}
+		Either::Right(()) => {
+			debug!(%remote, "no SETUP in time");
+			transport.close(ErrorCode::Timeout.code(), "setup timeout");
+			None
+		}
+	}
 }
 
 /// Checks `url` (path and query); the grant, or `None` (counted and logged) when refused.
