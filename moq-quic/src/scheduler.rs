@@ -43,7 +43,7 @@
 //! 2 or 8 levels, at the front, middle and tail of a ring alike): reprioritizing to an existing
 //! level 121 to 123; retiring (the group's stream, then the group) 156 to 157. A level per group
 //! (the session's pattern): retiring a group and inserting one at its priority (a level dropped
-//! and created) 594 to 714, reprioritizing to a new priority 308 to 401, the same at 16 levels
+//! and created) 589 to 712, reprioritizing to a new priority 305 to 397, the same at 16 levels
 //! as at 16,384. With a binary heap ordering the levels these were 501 to 1,146, growing with
 //! the levels (a sift the height of the heap each way), and 197 to 227 (a re-keyed level moves
 //! little in a heap; here it leaves its words and joins others). Up to four levels, the usual
@@ -203,99 +203,140 @@ impl<T> IndexMut<u32> for Slots<T> {
 	}
 }
 
-/// Priority to level slot: open addressing with linear probing over a power-of-two table kept
-/// at most half full. Fibonacci hashing (the multiplier's top bits) spreads the session's
-/// priorities, which differ in their low bits (group sequence) and their high bits (subscriber
-/// priority). Deleting shifts the following run back instead of leaving tombstones, so lookups
-/// stay short however many levels come and go.
+/// A key of a [`Table`]: 32 bits to hash.
+trait TableKey: Copy + Eq {
+	fn bits(self) -> u32;
+}
+
+impl TableKey for i32 {
+	fn bits(self) -> u32 {
+		self as u32
+	}
+}
+
+impl TableKey for u32 {
+	fn bits(self) -> u32 {
+		self
+	}
+}
+
+/// A value of a [`Table`], with the one value that marks an empty entry.
+trait TableValue: Copy + Eq {
+	const VACANT: Self;
+}
+
+impl TableValue for u32 {
+	const VACANT: Self = NIL;
+}
+
+impl TableValue for u64 {
+	const VACANT: Self = 0;
+}
+
+/// Open addressing with linear probing over a power-of-two table kept at most half full, for the
+/// level index (priority to level slot) and the order's bitmap words. Fibonacci hashing (the
+/// multiplier's top bits) spreads the session's priorities, which differ in their low bits (group
+/// sequence) and their high bits (subscriber priority). Deleting shifts the following run back
+/// instead of leaving tombstones, so lookups stay short however many keys come and go.
 #[derive(Debug)]
-struct LevelIndex {
-	/// `(priority, level slot)`; the slot is `NIL` in an empty entry.
-	entries: Vec<(i32, u32)>,
+struct Table<K, V> {
+	/// `(key, value)`; the value is `V::VACANT` in an empty entry.
+	entries: Vec<(K, V)>,
 	/// `32 - log2(entries.len())`: the hash is the top bits of the product.
 	shift: u32,
 	len: usize,
 }
 
-impl LevelIndex {
-	const MIN_ENTRIES: usize = 16;
-
-	fn new() -> Self {
+impl<K: TableKey, V: TableValue> Table<K, V> {
+	/// A table of `entries` (a power of two) entries; with none it allocates nothing, and only
+	/// `insert` and `grow` may be called on it then.
+	fn new(entries: usize, zero: K) -> Self {
 		Self {
-			entries: vec![(0, NIL); Self::MIN_ENTRIES],
-			shift: 32 - Self::MIN_ENTRIES.trailing_zeros(),
+			entries: vec![(zero, V::VACANT); entries],
+			shift: 32 - entries.max(2).trailing_zeros(),
 			len: 0,
 		}
 	}
 
-	fn home(&self, priority: i32) -> usize {
-		((priority as u32).wrapping_mul(0x9e37_79b9) >> self.shift) as usize
+	fn home(&self, key: K) -> usize {
+		(key.bits().wrapping_mul(0x9e37_79b9) >> self.shift) as usize
 	}
 
-	fn get(&self, priority: i32) -> u32 {
+	/// The entry of `key`, or the empty one where it would go.
+	fn find(&self, key: K) -> usize {
 		let mask = self.entries.len() - 1;
-		let mut at = self.home(priority);
+		let mut at = self.home(key);
 		loop {
-			let (key, level) = self.entries[at];
-			if level == NIL || key == priority {
-				return level;
+			let (k, value) = self.entries[at];
+			if value == V::VACANT || k == key {
+				return at;
 			}
 			at = (at + 1) & mask;
 		}
 	}
 
-	/// Adds `priority`, which must be absent.
-	fn insert(&mut self, priority: i32, level: u32) {
+	/// The value of `key`, `V::VACANT` if absent.
+	fn get(&self, key: K) -> V {
+		self.entries[self.find(key)].1
+	}
+
+	/// Adds `key`, which must be absent, with `value` (not `V::VACANT`).
+	fn insert(&mut self, key: K, value: V) {
 		if (self.len + 1) * 2 > self.entries.len() {
-			self.grow();
+			self.grow(key);
 		}
 		self.len += 1;
-		self.place(priority, level);
+		let at = self.find(key);
+		self.entries[at] = (key, value);
 	}
 
-	fn place(&mut self, priority: i32, level: u32) {
-		let mask = self.entries.len() - 1;
-		let mut at = self.home(priority);
-		while self.entries[at].1 != NIL {
-			at = (at + 1) & mask;
-		}
-		self.entries[at] = (priority, level);
-	}
-
-	fn grow(&mut self) {
-		let bigger = vec![(0, NIL); self.entries.len() * 2];
+	fn grow(&mut self, zero: K) {
+		let bigger = vec![(zero, V::VACANT); (self.entries.len() * 2).max(8)];
 		let old = std::mem::replace(&mut self.entries, bigger);
-		self.shift -= 1;
-		for (priority, level) in old {
-			if level != NIL {
-				self.place(priority, level);
+		self.shift = 32 - self.entries.len().trailing_zeros();
+		for (key, value) in old {
+			if value != V::VACANT {
+				let at = self.find(key);
+				self.entries[at] = (key, value);
 			}
 		}
 	}
 
-	/// Removes `priority`, which must be present.
-	fn remove(&mut self, priority: i32) {
+	/// Empties entry `hole`, which holds a key.
+	fn remove_at(&mut self, mut hole: usize) {
 		let mask = self.entries.len() - 1;
-		let mut hole = self.home(priority);
-		while self.entries[hole].0 != priority || self.entries[hole].1 == NIL {
-			hole = (hole + 1) & mask;
-		}
 		self.len -= 1;
 		// Pull back each later entry of the run that may live in the hole: one whose home is not
 		// cyclically after the hole (it is at least as far from its home as from the hole).
 		let mut at = hole;
 		loop {
 			at = (at + 1) & mask;
-			let (key, level) = self.entries[at];
-			if level == NIL {
+			let (key, value) = self.entries[at];
+			if value == V::VACANT {
 				break;
 			}
 			if (at.wrapping_sub(self.home(key)) & mask) >= (at.wrapping_sub(hole) & mask) {
-				self.entries[hole] = (key, level);
+				self.entries[hole] = (key, value);
 				hole = at;
 			}
 		}
-		self.entries[hole].1 = NIL;
+		self.entries[hole].1 = V::VACANT;
+	}
+
+	/// Removes `key`, which must be present.
+	fn remove(&mut self, key: K) {
+		self.remove_at(self.find(key));
+	}
+}
+
+/// Priority to level slot.
+type LevelIndex = Table<i32, u32>;
+
+impl LevelIndex {
+	const MIN_ENTRIES: usize = 16;
+
+	fn with_min() -> Self {
+		Self::new(Self::MIN_ENTRIES, 0)
 	}
 }
 
@@ -419,12 +460,8 @@ impl Order {
 /// next key shares the removed one's word. No operation depends on how many keys there are.
 #[derive(Debug)]
 struct Trie {
-	/// `(tier << 26 | prefix, bits)`; an entry with no bits is empty. At most half full.
-	words: Vec<(u32, u64)>,
-	/// `32 - log2(words.len())`.
-	shift: u32,
-	/// Words in the table.
-	len: usize,
+	/// `tier << 26 | prefix` to the word's bits; only non-empty words are kept.
+	words: Table<u32, u64>,
 	/// Keys in the trie.
 	count: usize,
 	/// Tier 4, by `k >> 30`: bit `(k >> 24) & 63`.
@@ -459,99 +496,48 @@ fn highest(word: u64) -> u32 {
 }
 
 impl Trie {
-	const MIN_WORDS: usize = 8;
-
 	/// An empty trie; its table is allocated by the first insert.
 	fn new() -> Self {
 		Self {
-			words: Vec::new(),
-			shift: 32 - Self::MIN_WORDS.trailing_zeros(),
-			len: 0,
+			words: Table::new(0, 0),
 			count: 0,
 			top: [0; 4],
 			root: 0,
 		}
 	}
 
-	/// The entry of word `id`, or the empty one where it would go.
-	fn find(&self, id: u32) -> usize {
-		let mask = self.words.len() - 1;
-		let mut at = (id.wrapping_mul(0x9e37_79b9) >> self.shift) as usize;
-		loop {
-			let (key, bits) = self.words[at];
-			if bits == 0 || key == id {
-				return at;
-			}
-			at = (at + 1) & mask;
-		}
-	}
-
 	fn word(&self, id: u32) -> u64 {
-		self.words[self.find(id)].1
+		self.words.get(id)
 	}
 
 	/// Sets `bit` in word `id`; true if the word was empty.
 	fn set(&mut self, id: u32, bit: u64) -> bool {
-		let mut at = self.find(id);
-		let bits = self.words[at].1;
-		if bits != 0 {
-			self.words[at].1 = bits | bit;
-			return false;
+		let at = self.words.find(id);
+		let bits = self.words.entries[at].1;
+		if bits == 0 {
+			self.words.insert(id, bit);
+			return true;
 		}
-		if (self.len + 1) * 2 > self.words.len() {
-			self.grow();
-			at = self.find(id);
-		}
-		self.len += 1;
-		self.words[at] = (id, bit);
-		true
+		self.words.entries[at].1 = bits | bit;
+		false
 	}
 
 	/// Clears `bit` in word `id`, which holds it; true if the word is now empty (and gone).
 	fn clear(&mut self, id: u32, bit: u64) -> bool {
-		let at = self.find(id);
-		let bits = self.words[at].1 & !bit;
-		self.words[at].1 = bits;
-		if bits != 0 {
-			return false;
+		let at = self.words.find(id);
+		let bits = self.words.entries[at].1 & !bit;
+		if bits == 0 {
+			self.words.remove_at(at);
+			return true;
 		}
-		self.len -= 1;
-		// Backward-shift deletion, as in `LevelIndex::remove`.
-		let mask = self.words.len() - 1;
-		let mut hole = at;
-		let mut next = at;
-		loop {
-			next = (next + 1) & mask;
-			let (key, bits) = self.words[next];
-			if bits == 0 {
-				break;
-			}
-			let home = (key.wrapping_mul(0x9e37_79b9) >> self.shift) as usize;
-			if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(hole) & mask) {
-				self.words[hole] = (key, bits);
-				self.words[next].1 = 0;
-				hole = next;
-			}
-		}
-		true
-	}
-
-	fn grow(&mut self) {
-		let bigger = vec![(0, 0); self.words.len() * 2];
-		let old = std::mem::replace(&mut self.words, bigger);
-		self.shift -= 1;
-		for (id, bits) in old {
-			if bits != 0 {
-				let at = self.find(id);
-				self.words[at] = (id, bits);
-			}
-		}
+		self.words.entries[at].1 = bits;
+		false
 	}
 
 	/// Adds `priority`, which must be absent.
 	fn insert(&mut self, priority: i32) {
-		if self.words.is_empty() {
-			self.words = vec![(0, 0); Self::MIN_WORDS];
+		if self.words.entries.is_empty() {
+			self.words.grow(0);
 		}
 		self.count += 1;
 		let key = order_key(priority);
@@ -658,7 +644,7 @@ impl Scheduler {
 			groups: Slots::with_capacity(groups),
 			streams: Slots::with_capacity(streams),
 			levels: Slots::with_capacity(0),
-			index: LevelIndex::new(),
+			index: LevelIndex::with_min(),
 			order: Order::new(),
 			top: NIL,
 			ready: 0,
@@ -1822,7 +1808,7 @@ mod tests {
 		// deletion has to get right. The first half fills the table (to some 360 keys), the second
 		// empties most of it.
 		let mut rng = Rng(7);
-		let mut index = LevelIndex::new();
+		let mut index = LevelIndex::with_min();
 		let mut reference: HashMap<i32, u32> = HashMap::new();
 		for op in 0..200_000u32 {
 			let key = match rng.below(4) {
@@ -1934,6 +1920,6 @@ mod tests {
 			order.remove(priority);
 		}
 		assert_eq!((order.max(), order.spilled, order.trie.count), (None, false, 0));
-		assert_eq!((order.trie.len, order.trie.root), (0, 0), "the trie kept words");
+		assert_eq!((order.trie.words.len, order.trie.root), (0, 0), "the trie kept words");
 	}
 }
