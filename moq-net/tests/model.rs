@@ -517,6 +517,105 @@ fn hop_chains_prevent_reflection_and_loops() {
 }
 
 #[test]
+fn the_best_route_is_announced_and_the_next_best_takes_over_when_it_goes() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let consumer = origin.consumer();
+	let mut cursor = consumer.announced(&Path::default());
+	// Which of the broadcasts is announced at "x" now.
+	let announced = |candidates: &[&BroadcastProducer]| {
+		let broadcast = origin.consumer().get_broadcast(&Path::new("x")).unwrap();
+		candidates.iter().position(|b| b.consume().same(&broadcast))
+	};
+	// A peer's route through two relays, then a peer's route through one: the shorter wins.
+	let far = BroadcastProducer::new();
+	let p_far = producer
+		.publish(&Path::new("x"), far.consume(), Route::cluster(vec![5, 6]))
+		.unwrap();
+	let near = BroadcastProducer::new();
+	let p_near = producer
+		.publish(&Path::new("x"), near.consume(), Route::cluster(vec![7]))
+		.unwrap();
+	assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), true)]);
+	assert_eq!(announced(&[&far, &near]), Some(1));
+	// A longer route that comes later is a backup: nobody hears of it.
+	let later = BroadcastProducer::new();
+	let p_later = producer
+		.publish(&Path::new("x"), later.consume(), Route::cluster(vec![8, 9, 10]))
+		.unwrap();
+	assert_eq!(paths(&ready(&mut cursor)), vec![]);
+	assert_eq!(announced(&[&far, &near, &later]), Some(1));
+	// A local publisher beats every peer route, even with a longer chain.
+	let local = BroadcastProducer::new();
+	let p_local = producer
+		.publish(&Path::new("x"), local.consume(), Route::new(vec![11, 12, 13, 14]))
+		.unwrap();
+	assert_eq!(
+		paths(&ready(&mut cursor)),
+		vec![("x".into(), false), ("x".into(), true)]
+	);
+	let all = [&far, &near, &later, &local];
+	assert_eq!(announced(&all), Some(3));
+	assert_eq!(origin.backups(), 3);
+	// Failover, best first: local, near, far, later (the longest), then nothing; each switch is
+	// heard as the path going and coming back.
+	let switched = vec![("x".into(), false), ("x".into(), true)];
+	drop(p_local);
+	assert_eq!(announced(&all), Some(1));
+	assert_eq!(paths(&ready(&mut cursor)), switched);
+	drop(p_near);
+	assert_eq!(announced(&all), Some(0));
+	assert_eq!(paths(&ready(&mut cursor)), switched);
+	drop(p_far);
+	assert_eq!(announced(&all), Some(2));
+	assert_eq!(paths(&ready(&mut cursor)), switched);
+	assert_eq!(origin.backups(), 0);
+	drop(p_later);
+	assert!(consumer.get_broadcast(&Path::new("x")).is_none());
+	assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), false)]);
+}
+
+#[test]
+fn a_cluster_peer_hears_only_local_routes_never_another_peers() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let consumer = origin.consumer();
+	let (_a, _pa) = producer
+		.create_broadcast(&Path::new("local"), Route::new(vec![100]))
+		.unwrap();
+	let (_b, _pb) = producer
+		.create_broadcast(&Path::new("from-peer-7"), Route::cluster(vec![100, 7]))
+		.unwrap();
+	let (_c, _pc) = producer
+		.create_broadcast(&Path::new("from-client-relay-9"), Route::new(vec![9]))
+		.unwrap();
+	let mut to_peer_8 = consumer.announced_to_peer(&Path::default(), 8);
+	assert_eq!(
+		paths(&ready(&mut to_peer_8)),
+		vec![("from-client-relay-9".into(), true), ("local".into(), true)]
+	);
+	// Clients hear everything.
+	assert_eq!(ready(&mut consumer.announced(&Path::default())).len(), 3);
+	// A local publisher of a path a peer also has: the peer now hears it; when it goes, the peer
+	// hears it go (the peer's own route is not ours to announce back).
+	let (_d, pd) = producer
+		.create_broadcast(&Path::new("from-peer-7"), Route::new(vec![101]))
+		.unwrap();
+	assert_eq!(paths(&ready(&mut to_peer_8)), vec![("from-peer-7".into(), true)]);
+	drop(pd);
+	assert_eq!(paths(&ready(&mut to_peer_8)), vec![("from-peer-7".into(), false)]);
+	// Peer 7 is never told of its own route, nor of a local one that passed through it.
+	let (_e, _pe) = producer
+		.create_broadcast(&Path::new("via-7"), Route::new(vec![7, 102]))
+		.unwrap();
+	let mut to_peer_7 = consumer.announced_to_peer(&Path::default(), 7);
+	assert_eq!(
+		paths(&ready(&mut to_peer_7)),
+		vec![("from-client-relay-9".into(), true), ("local".into(), true)]
+	);
+}
+
+#[test]
 fn a_consumer_on_another_worker_is_woken_by_a_producer_on_this_one() {
 	let rt = Builder::new().workers(2).pin(false).build().unwrap();
 	let track = track();

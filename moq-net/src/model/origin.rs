@@ -11,7 +11,11 @@
 //! away. Each cursor owns its pending updates; an announcement reaches the cursors whose prefix
 //! and scope match (announcements are rare next to media, so this O(cursors) fan-out is cheap).
 //! [`announced_excluding`](OriginConsumer::announced_excluding) skips routes whose hop chain
-//! contains a peer, so a relay never reflects a broadcast back to the peer it came from.
+//! contains a peer, so a relay never reflects a broadcast back to the peer it came from, and
+//! [`announced_to_peer`](OriginConsumer::announced_to_peer) also skips routes learned from
+//! cluster peers ([`Route::cluster`]): a relay announces to its cluster peers only what its own
+//! clients publish, never what it learned from another peer (no transit, so announce state grows
+//! with the broadcasts, not with the square of the relays).
 //!
 //! # Bounds
 //!
@@ -32,13 +36,15 @@
 //! # Several publishers of one path
 //!
 //! A path may be published more than once (a publisher reconnecting before its old connection
-//! timed out, a second relay route). The **newest** publication is the one announced and served:
-//! a reconnecting publisher takes over at once instead of waiting for its stale twin to time out.
-//! The earlier ones are kept, in order, as backups: when the active one ends, the newest
-//! remaining backup is announced again (watchers see the path go, then come back). Refusing the
-//! second publisher instead would leave a reconnecting publisher locked out until its old
-//! connection's idle timeout; forgetting the first (what this origin did before) left the path
-//! empty for good when the second left.
+//! timed out, routes through several cluster peers). The **best** publication is the one
+//! announced and served ([`Route::outranks`]): a local publisher before a route learned from a
+//! cluster peer, then the shorter hop chain, then the **newest**, so a reconnecting publisher
+//! takes over at once instead of waiting for its stale twin to time out. The others are kept,
+//! best last, as backups: when the active one ends, the best remaining backup is announced again
+//! (watchers see the path go, then come back): that is a relay's failover to another route.
+//! Refusing the second publisher instead would leave a reconnecting publisher locked out until its
+//! old connection's idle timeout; forgetting the first left the path empty for good when the
+//! second left.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -61,17 +67,31 @@ pub const MAX_HOPS: usize = 32;
 pub struct Route {
 	/// Origin ids the announcement passed through, oldest (the publisher's) first.
 	pub hops: Vec<OriginId>,
+	/// Learned from a cluster peer: served to clients, never announced to other cluster peers
+	/// ([`OriginConsumer::announced_to_peer`]).
+	pub cluster: bool,
 }
 
 impl Route {
-	/// A route through `hops`.
+	/// A route through `hops`, from a client (a publisher, or a relay connected as one).
 	pub fn new(hops: Vec<OriginId>) -> Self {
-		Self { hops }
+		Self { hops, cluster: false }
+	}
+
+	/// A route through `hops` learned from a cluster peer.
+	pub fn cluster(hops: Vec<OriginId>) -> Self {
+		Self { hops, cluster: true }
 	}
 
 	/// Whether the route passed through `origin`.
 	pub fn contains(&self, origin: OriginId) -> bool {
 		origin != 0 && self.hops.contains(&origin)
+	}
+
+	/// Whether this route is preferred to `other` on its own merits: a client's before a cluster
+	/// peer's, then the shorter hop chain. Between routes neither outranks, the newer wins.
+	pub fn outranks(&self, other: &Route) -> bool {
+		(self.cluster, self.hops.len()) < (other.cluster, other.hops.len())
 	}
 }
 
@@ -97,6 +117,8 @@ struct Cursor {
 	prefixes: Vec<Path>,
 	root: Path,
 	exclude: Option<OriginId>,
+	/// Skip routes learned from cluster peers: this cursor feeds a cluster peer.
+	local_only: bool,
 	/// Paths with a pending update, in the order they first became pending.
 	order: VecDeque<Path>,
 	/// The pending update of each path in `order` (absolute paths).
@@ -116,6 +138,7 @@ impl Cursor {
 	fn sees(&self, path: &Path, route: Option<&Route>) -> bool {
 		self.prefixes.iter().any(|prefix| path.has_prefix(prefix))
 			&& !matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer))
+			&& !(self.local_only && route.is_some_and(|route| route.cluster))
 	}
 
 	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
@@ -188,7 +211,8 @@ impl Cursor {
 
 struct OriginState {
 	id: OriginId,
-	/// Every publication of each path, oldest first; the last is the one announced.
+	/// Every publication of each path, worst first; the last is the one announced (see the
+	/// module docs: best route, then newest).
 	broadcasts: BTreeMap<Path, Vec<Announced>>,
 	cursors: Slab<Cursor>,
 	serial: u64,
@@ -359,8 +383,9 @@ impl OriginProducer {
 
 	/// Announces `broadcast` at `path` with `route`. The announcement lasts until the returned
 	/// [`Publication`] drops. If the path is already published, this publication becomes the
-	/// active one and the earlier stays as a backup, announced again if this one ends first (see
-	/// the [module docs](self)). A route whose hop chain already holds this origin's id, or is
+	/// active one unless the active one's route outranks it ([`Route::outranks`]); the other is
+	/// kept as a backup, announced again if the active one ends first (see the
+	/// [module docs](self)). A route whose hop chain already holds this origin's id, or is
 	/// longer than [`MAX_HOPS`], is refused ([`Error::Unauthorized`]); so is a path outside the
 	/// view's scope, and a path that joined under the view's root is too long or too deep
 	/// ([`Error::BoundsExceeded`]).
@@ -373,18 +398,30 @@ impl OriginProducer {
 			}
 			state.serial += 1;
 			let serial = state.serial;
-			let previous = state
-				.broadcasts
-				.get(&path)
-				.and_then(|stack| stack.last())
-				.map(|announced| announced.route.clone());
-			state.broadcasts.entry(path.clone()).or_default().push(Announced {
-				broadcast,
-				route,
-				serial,
-			});
-			// A replacement: cursors see the old one go, then the new one come.
-			(serial, state.replaced(&path, previous.as_ref()))
+			let stack = state.broadcasts.entry(path.clone()).or_default();
+			let previous = stack.last().map(|announced| announced.route.clone());
+			// Below every publication whose route outranks this one; above the rest, so it beats
+			// its equals by being newer.
+			let at = stack
+				.iter()
+				.position(|announced| announced.route.outranks(&route))
+				.unwrap_or(stack.len());
+			let active = at == stack.len();
+			stack.insert(
+				at,
+				Announced {
+					broadcast,
+					route,
+					serial,
+				},
+			);
+			// A replacement: cursors see the old one go, then the new one come. A backup changes
+			// nothing anyone sees.
+			let wakes = match active {
+				true => state.replaced(&path, previous.as_ref()),
+				false => Wakes::none(),
+			};
+			(serial, wakes)
 		};
 		drop(wakes);
 		Ok(Publication {
@@ -418,7 +455,7 @@ pub struct Publication {
 }
 
 impl Drop for Publication {
-	/// Withdraws this publication: if it was the active one, the newest backup (if any) is
+	/// Withdraws this publication: if it was the active one, the best backup (if any) is
 	/// announced in its place.
 	fn drop(&mut self) {
 		let wakes = {
@@ -497,15 +534,22 @@ impl OriginConsumer {
 	/// An announcement cursor for `prefix` (relative to the root): the current set, then live
 	/// updates.
 	pub fn announced(&self, prefix: &Path) -> AnnounceCursor {
-		self.cursor(prefix, None)
+		self.cursor(prefix, None, false)
 	}
 
 	/// Like [`announced`](Self::announced), skipping routes that passed through `peer`.
 	pub fn announced_excluding(&self, prefix: &Path, peer: OriginId) -> AnnounceCursor {
-		self.cursor(prefix, Some(peer))
+		self.cursor(prefix, Some(peer), false)
 	}
 
-	fn cursor(&self, prefix: &Path, exclude: Option<OriginId>) -> AnnounceCursor {
+	/// What a relay announces to a cluster peer: like
+	/// [`announced_excluding`](Self::announced_excluding), also skipping the routes learned from
+	/// cluster peers ([`Route::cluster`]). A path whose best route is a peer's is not seen.
+	pub fn announced_to_peer(&self, prefix: &Path, peer: OriginId) -> AnnounceCursor {
+		self.cursor(prefix, (peer != 0).then_some(peer), true)
+	}
+
+	fn cursor(&self, prefix: &Path, exclude: Option<OriginId>, local_only: bool) -> AnnounceCursor {
 		// The cursor sees what both the prefix and the scope allow.
 		let prefixes: Vec<Path> = self
 			.view
@@ -526,6 +570,7 @@ impl OriginConsumer {
 			prefixes,
 			root: self.view.root.clone(),
 			exclude,
+			local_only,
 			order: VecDeque::new(),
 			pending: HashMap::new(),
 			on_update: WaiterList::new(),

@@ -214,6 +214,15 @@ pub struct Config {
 	pub limits: Limits,
 	/// The moq-lite version the connection negotiated (its ALPN or WebTransport sub-protocol).
 	pub version: Version,
+	/// The peer is a relay of our cluster: the routes it announces are marked as learned from a
+	/// cluster peer ([`Route::cluster`](model::Route::cluster)), and we announce to it only the
+	/// routes our own clients publish.
+	pub cluster: bool,
+	/// How long a broadcast the peer announced stays announced after the peer is lost abruptly
+	/// (its connection failed or timed out, rather than the peer ending the announcement or
+	/// closing the session): a publisher that reconnects within it takes over the path without
+	/// every watcher hearing it go. Zero: withdrawn at once.
+	pub linger: std::time::Duration,
 }
 
 /// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
@@ -344,6 +353,17 @@ impl<T: Transport + 'static> Inner<T> {
 	/// Closes the session with `err`'s code.
 	fn fail(&self, err: &SessionError) {
 		self.transport.close(err.code(), "protocol error");
+	}
+
+	/// Whether the connection is over without a goodbye: it failed or timed out (Transport, 4),
+	/// or the peer closed it with an error, rather than being closed by us or by the peer with
+	/// Cancel (0) or Closed (25, a relay shutting down).
+	fn lost_abruptly(&self) -> bool {
+		let waiter = kio::Waiter::new(std::task::Waker::noop().clone());
+		match self.transport.poll_closed(&waiter) {
+			std::task::Poll::Ready(code) => code != ErrorCode::Cancel.code() && code != ErrorCode::Closed.code(),
+			std::task::Poll::Pending => false,
+		}
 	}
 }
 

@@ -127,7 +127,11 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	} else {
 		inner.peer.origin
 	};
-	let mut cursor = if exclude != 0 {
+	// A cluster peer hears only what our own clients publish: what we learned from a peer, each
+	// other peer learns from that peer itself (no transit).
+	let mut cursor = if inner.config.cluster {
+		origin.announced_to_peer(&request.prefix, exclude)
+	} else if exclude != 0 {
 		origin.announced_excluding(&request.prefix, exclude)
 	} else {
 		origin.announced(&request.prefix)

@@ -48,6 +48,46 @@ impl Mirrored {
 			self.broadcast.abort(model::Error::Dropped);
 		}
 	}
+
+	/// Keeps it announced for `linger` after its peer was lost, then ends it as a dropped
+	/// publisher. Its tracks stop now (nothing feeds them); a watcher that holds it simply hears
+	/// nothing new, and a publisher that reconnects meanwhile takes the path over (the newer of
+	/// two equal routes wins), after which this one is a backup nobody sees go.
+	fn linger(self, linger: Duration) {
+		let Self {
+			broadcast,
+			_publication: publication,
+			..
+		} = self;
+		// Outside a worker (the runtime is being torn down) there is nothing to linger for.
+		let _detached = kio::try_spawn(async move {
+			kio::time::sleep(linger).await;
+			broadcast.abort(model::Error::Dropped);
+			drop(publication);
+		});
+	}
+}
+
+/// The broadcasts one announcement stream mirrors. Whatever is left when it drops (the stream
+/// failed, or the session's tasks were stopped) ends as its peer did: a peer lost abruptly
+/// ([`Inner::lost_abruptly`]) leaves them announced for [`Config::linger`](super::Config::linger);
+/// otherwise they end at once as dropped publishers.
+struct Mirrors<'a, T: Transport + 'static> {
+	inner: &'a Inner<T>,
+	map: HashMap<Path, Mirrored>,
+}
+
+impl<T: Transport + 'static> Drop for Mirrors<'_, T> {
+	fn drop(&mut self) {
+		let linger = self.inner.config.linger;
+		let lingers = !linger.is_zero() && self.inner.lost_abruptly();
+		for (_, broadcast) in self.map.drain() {
+			match lingers {
+				true => broadcast.linger(linger),
+				false => broadcast.end(false),
+			}
+		}
+	}
 }
 
 async fn announcements<T: Transport + 'static>(
@@ -73,11 +113,18 @@ async fn announcements<T: Transport + 'static>(
 	} else {
 		0
 	};
-	let mut mirrored: HashMap<Path, Mirrored> = HashMap::new();
-	let result = mirror(inner, origin, &mut reader, peer, &mut mirrored).await;
-	for (_, broadcast) in mirrored.drain() {
-		broadcast.end(result.is_ok());
+	let mut mirrored = Mirrors {
+		inner,
+		map: HashMap::new(),
+	};
+	let result = mirror(inner, origin, &mut reader, peer, &mut mirrored.map).await;
+	// The peer's FIN ends them all cleanly; a failure leaves them to `Mirrors`' drop.
+	if result.is_ok() {
+		for (_, broadcast) in mirrored.map.drain() {
+			broadcast.end(true);
+		}
 	}
+	drop(mirrored);
 	let _ = send.finish();
 	result
 }
@@ -116,7 +163,11 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 				}
 				broadcast.serve_requests();
 				// A path outside what this session may publish into is ignored.
-				let Ok(publication) = origin.publish(&announce.suffix, broadcast.consume(), Route::new(hops)) else {
+				let route = match inner.config.cluster {
+					true => Route::cluster(hops),
+					false => Route::new(hops),
+				};
+				let Ok(publication) = origin.publish(&announce.suffix, broadcast.consume(), route) else {
 					continue;
 				};
 				let mut tracks = Owned::default();
