@@ -86,6 +86,24 @@ impl Certificate {
 		Ok(Self::new(certs, key))
 	}
 
+	/// Reads the PEM certificates of `path`: roots for [`Verification::Roots`].
+	pub fn roots_from_pem_file(path: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
+		let invalid = |e: rustls::pki_types::pem::Error| {
+			io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+		};
+		let roots = CertificateDer::pem_file_iter(path)
+			.map_err(invalid)?
+			.collect::<Result<Vec<_>, _>>()
+			.map_err(invalid)?;
+		if roots.is_empty() {
+			return Err(io::Error::new(
+				io::ErrorKind::InvalidData,
+				format!("{}: no certificate in the file", path.display()),
+			));
+		}
+		Ok(roots)
+	}
+
 	/// The chain, leaf first.
 	pub fn chain(&self) -> &[CertificateDer<'static>] {
 		&self.chain

@@ -40,6 +40,10 @@
 //! - `exp` (NumericDate, optional): the token is refused at or after it, and a session holding
 //!   it is closed then ([`Grant::expires`]).
 //! - `nbf` (NumericDate, optional): the token is refused before it.
+//! - `cluster` (bool, default false): the holder is a relay of this relay's cluster. It is
+//!   granted the whole origin whatever its connection path, `root`, `put` and `get` say; the
+//!   routes it announces are marked as a cluster peer's, and it hears only what this relay's
+//!   own clients publish ([`Grant::cluster`]).
 //!
 //! The names follow the `moq-token` crate used by the other moq-lite relays, so tokens minted
 //! for them work here. Other claims (`sub`, `iat`, …) are ignored. There is no clock leeway.
@@ -117,6 +121,8 @@ pub struct Grant {
 	/// When the token expires; the session must be closed then. `None`: never (anonymous, or a
 	/// token without `exp`).
 	pub expires: Option<SystemTime>,
+	/// The holder is a cluster peer (a token with `cluster: true`): the whole origin, as a peer.
+	pub cluster: bool,
 }
 
 impl Grant {
@@ -258,9 +264,19 @@ impl Auth {
 				publish,
 				subscribe,
 				expires: None,
+				cluster: false,
 			});
 		};
 		let claims = self.keys.verify(&token, now)?;
+		if claims.cluster {
+			return Ok(Grant {
+				root: Path::default(),
+				publish: vec![Path::default()],
+				subscribe: vec![Path::default()],
+				expires: claims.exp,
+				cluster: true,
+			});
+		}
 		let token_root = Path::new(&claims.root);
 		if !root.has_prefix(&token_root) {
 			return refuse(Reason::OutsideRoot);
@@ -281,6 +297,7 @@ impl Auth {
 			publish,
 			subscribe,
 			expires: claims.exp,
+			cluster: false,
 		})
 	}
 
@@ -614,6 +631,7 @@ impl Keys {
 			put: claims.put.into(),
 			get: claims.get.into(),
 			exp,
+			cluster: claims.cluster,
 		})
 	}
 }
@@ -635,6 +653,8 @@ struct RawClaims {
 	get: OneOrMany,
 	exp: Option<f64>,
 	nbf: Option<f64>,
+	#[serde(default)]
+	cluster: bool,
 }
 
 #[derive(Deserialize)]
@@ -664,6 +684,7 @@ struct Claims {
 	put: Vec<String>,
 	get: Vec<String>,
 	exp: Option<SystemTime>,
+	cluster: bool,
 }
 
 fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, AuthError> {

@@ -134,13 +134,12 @@ pub async fn connect_webtransport(
 	connect_wt(endpoint, addr, url, verification, sides).await
 }
 
-/// What a client session is: its id in hop chains, what it publishes, where it mirrors the
-/// relay's announcements, and what the relay may make it hold.
+/// What a client session is: its configuration (its id in hop chains, what the relay may make it
+/// hold, ...), what it publishes, and where it mirrors the relay's announcements.
 struct Sides {
-	origin: u64,
+	config: session::Config,
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
-	limits: session::Limits,
 }
 
 impl Sides {
@@ -150,11 +149,15 @@ impl Sides {
 		subscribe: Option<OriginProducer>,
 		limits: session::Limits,
 	) -> Self {
-		Self {
+		let config = session::Config {
 			origin,
+			limits,
+			..session::Config::default()
+		};
+		Self {
+			config,
 			publish,
 			subscribe,
-			limits,
 		}
 	}
 
@@ -168,11 +171,9 @@ impl Sides {
 			_ => None,
 		};
 		session::Config {
-			origin: self.origin,
 			path,
 			role,
-			limits: self.limits,
-			..session::Config::default()
+			..self.config.clone()
 		}
 	}
 
@@ -312,11 +313,40 @@ pub async fn dial_limited(
 	limits: session::Limits,
 ) -> anyhow::Result<AnyClient> {
 	let sides = Sides::new(origin, publish, subscribe, limits);
+	dial_sides(endpoint, addr, url, verification, sides).await
+}
+
+async fn dial_sides(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	sides: Sides,
+) -> anyhow::Result<AnyClient> {
 	Ok(if url.webtransport {
 		AnyClient::WebTransport(connect_wt(endpoint, addr, url, verification, sides).await?)
 	} else {
 		AnyClient::Quic(connect_raw(endpoint, addr, url, verification, sides).await?)
 	})
+}
+
+/// [`dial`] with a whole session configuration (its `path` and `role` are set here): what a
+/// relay uses to link with a cluster peer.
+pub async fn dial_configured(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	config: session::Config,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> anyhow::Result<AnyClient> {
+	let sides = Sides {
+		config,
+		publish,
+		subscribe,
+	};
+	dial_sides(endpoint, addr, url, verification, sides).await
 }
 
 /// An endpoint for clients, on an ephemeral port of the address family of `relay`.

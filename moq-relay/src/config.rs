@@ -113,6 +113,61 @@ pub struct Options {
 	#[command(flatten)]
 	#[serde(default)]
 	pub limits: LimitOptions,
+
+	/// The relays this one links with.
+	#[command(flatten)]
+	#[serde(default)]
+	pub cluster: ClusterOptions,
+}
+
+/// The file's `[cluster]` table and its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterOptions {
+	/// A peer relay to link with, `moqt://host:port/` (raw QUIC) or `https://host:port/`
+	/// (WebTransport); repeat for more. Dialled forever, with jittered backoff from 1 s to 10 s
+	/// [file: `[cluster] connect`].
+	#[arg(id = "cluster_connect", long = "cluster-connect", value_name = "URL")]
+	pub connect: Option<Vec<String>>,
+
+	/// This relay's own URL as its peers dial it. With it, every relay can be given the same
+	/// --cluster-connect list: a relay skips its own URL, and of two relays that list each other
+	/// only the one whose URL sorts first dials, so each pair has one link [file: `[cluster] node`].
+	#[arg(id = "cluster_node", long = "cluster-node", value_name = "URL")]
+	pub node: Option<String>,
+
+	/// A file holding the JWT this relay presents to its peers (a token with `"cluster": true`,
+	/// signed with a key the peers accept); peers grant it the whole origin, as a peer
+	/// [file: `[cluster] token`]. Without it, a peer takes this relay for a client.
+	#[arg(id = "cluster_token", long = "cluster-token", value_name = "FILE")]
+	pub token: Option<PathBuf>,
+
+	/// This relay's origin id in hop chains, 1 to 2^53-1 [file: `[cluster] id`] [default: random
+	/// at each start].
+	#[arg(id = "cluster_id", long = "cluster-id", value_name = "N")]
+	pub id: Option<u64>,
+
+	/// How long a broadcast stays announced after its publisher (a client or a peer relay) is
+	/// lost abruptly, so a publisher that reconnects within it takes the path over without every
+	/// viewer hearing it go; a broadcast its publisher ends is withdrawn at once
+	/// [file: `[cluster] linger`] [default: 5s].
+	#[arg(id = "cluster_linger", long = "cluster-linger", value_name = "DURATION")]
+	pub linger: Option<Span>,
+
+	/// The SHA-256 (hex) of a peer's certificate to accept, as served at /certificate.sha256;
+	/// repeat for more [file: `[cluster] fingerprints`].
+	#[arg(id = "cluster_fingerprint", long = "cluster-fingerprint", value_name = "HEX")]
+	pub fingerprints: Option<Vec<String>>,
+
+	/// A PEM file of root certificates that peers' certificates must chain to, for their host
+	/// names [file: `[cluster] roots`].
+	#[arg(id = "cluster_roots", long = "cluster-roots", value_name = "FILE")]
+	pub roots: Option<PathBuf>,
+
+	/// Accept any certificate from peers: for development on one host only
+	/// [file: `[cluster] insecure = true`].
+	#[arg(id = "cluster_insecure", long = "cluster-insecure", num_args = 0, default_missing_value = "true")]
+	pub insecure: Option<bool>,
 }
 
 /// The file's `[http]` table and its flags.
@@ -224,7 +279,43 @@ pub struct Config {
 	pub max_connections: Option<usize>,
 	/// What peers may make the relay hold.
 	pub limits: Limits,
+	/// The relays this one links with.
+	pub cluster: Cluster,
 }
+
+/// How a cluster peer's certificate is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerTls {
+	/// Its SHA-256 is one of these.
+	Fingerprints(Vec<[u8; 32]>),
+	/// It chains to a root in this PEM file.
+	Roots(PathBuf),
+	/// Not at all (development).
+	Insecure,
+}
+
+/// The resolved `[cluster]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+	/// The peers this relay dials (its own URL, and the peers that dial it, left out).
+	pub connect: Vec<String>,
+	/// This relay's URL as peers dial it.
+	pub node: Option<String>,
+	/// The token presented to peers.
+	pub token: Option<String>,
+	/// The origin id; `None` for a random one.
+	pub id: Option<u64>,
+	/// How long an abruptly lost publisher's broadcasts stay announced.
+	pub linger: Duration,
+	/// How peers' certificates are checked.
+	pub tls: PeerTls,
+}
+
+/// How long an abruptly lost publisher's broadcasts stay announced when not told.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(5);
+
+/// The largest origin id: ids travel as JavaScript numbers in the browser library.
+pub const MAX_ORIGIN_ID: u64 = (1 << 53) - 1;
 
 impl Config {
 	/// From the process's arguments and `RUST_LOG`. Like any command line tool it prints help or
@@ -294,9 +385,15 @@ fn read_file(path: &Path) -> anyhow::Result<Options> {
 	let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
 	let mut file: Options = toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
 	let dir = path.parent().unwrap_or_else(|| Path::new(""));
-	for path in [&mut file.tls.cert, &mut file.tls.key, &mut file.auth.key]
-		.into_iter()
-		.flatten()
+	for path in [
+		&mut file.tls.cert,
+		&mut file.tls.key,
+		&mut file.auth.key,
+		&mut file.cluster.token,
+		&mut file.cluster.roots,
+	]
+	.into_iter()
+	.flatten()
 	{
 		if path.is_relative() {
 			*path = dir.join(&*path);
@@ -394,6 +491,8 @@ impl Options {
 		tracing_subscriber::EnvFilter::try_new(&log_level)
 			.with_context(|| format!("invalid log filter {log_level:?}"))?;
 
+		let cluster = self.cluster.resolve()?;
+
 		Ok(Config {
 			file: self.config,
 			listen,
@@ -406,6 +505,70 @@ impl Options {
 			cache_size: self.cache_size.map_or(DEFAULT_CACHE_SIZE, |s| s.0),
 			max_connections: self.max_connections.map(NonZeroUsize::get),
 			limits: self.limits.resolve().map_err(|e| anyhow::anyhow!("limits: {e}"))?,
+			cluster,
+		})
+	}
+}
+
+impl ClusterOptions {
+	fn resolve(self) -> anyhow::Result<Cluster> {
+		let mut connect = self.connect.unwrap_or_default();
+		for url in &connect {
+			crate::client::Url::parse(url).with_context(|| format!("cluster peer {url}"))?;
+		}
+		if let Some(node) = &self.node {
+			crate::client::Url::parse(node).with_context(|| format!("cluster node {node}"))?;
+			// One link per pair: the relay whose URL sorts first dials.
+			connect.retain(|peer| peer.as_str() > node.as_str());
+		}
+		connect.sort();
+		connect.dedup();
+		let token = match &self.token {
+			Some(path) => Some(
+				std::fs::read_to_string(path)
+					.with_context(|| format!("reading the cluster token {}", path.display()))?
+					.trim()
+					.to_owned(),
+			),
+			None => None,
+		};
+		if let Some(id) = self.id
+			&& !(1..=MAX_ORIGIN_ID).contains(&id)
+		{
+			bail!("the cluster id must be between 1 and 2^53-1, not {id}");
+		}
+		let fingerprints = self
+			.fingerprints
+			.unwrap_or_default()
+			.iter()
+			.map(|hex| {
+				moq_quic::tls::parse_fingerprint(hex.trim())
+					.with_context(|| format!("cluster fingerprint {hex:?} is not 64 hex digits"))
+			})
+			.collect::<anyhow::Result<Vec<_>>>()?;
+		let insecure = self.insecure.unwrap_or(false);
+		let tls = match (insecure, self.roots, fingerprints.is_empty()) {
+			(true, None, true) => PeerTls::Insecure,
+			(false, Some(roots), true) => PeerTls::Roots(roots),
+			(false, None, false) => PeerTls::Fingerprints(fingerprints),
+			(false, None, true) => {
+				if !connect.is_empty() {
+					bail!(
+						"cluster peers to dial, and no way to check their certificates: give \
+						 --cluster-fingerprint, --cluster-roots or (for development) --cluster-insecure"
+					);
+				}
+				PeerTls::Fingerprints(Vec::new())
+			}
+			_ => bail!("give one of --cluster-fingerprint, --cluster-roots and --cluster-insecure"),
+		};
+		Ok(Cluster {
+			connect,
+			node: self.node,
+			token,
+			id: self.id,
+			linger: self.linger.map_or(DEFAULT_LINGER, |s| s.0),
+			tls,
 		})
 	}
 }

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod limits;

@@ -74,6 +74,12 @@ pub struct LimitOptions {
 	/// [default: a quarter of --cache-size].
 	#[arg(long = "session-cache", value_name = "SIZE")]
 	pub session_cache: Option<Size>,
+	/// Announcements, subscriptions and track requests a cluster peer's session may have at once,
+	/// each (in place of --max-announces, --max-subscriptions and --max-track-requests: a peer
+	/// carries a whole relay's broadcasts and demand) [file: `[limits] cluster_requests`]
+	/// [default: 16384].
+	#[arg(long = "max-cluster-requests", value_name = "N")]
+	pub cluster_requests: Option<usize>,
 	/// HTTP connections served at once [file: `[limits] http_connections`] [default: 256].
 	#[arg(long = "max-http-connections", value_name = "N")]
 	pub http_connections: Option<usize>,
@@ -102,6 +108,8 @@ pub struct Limits {
 	pub streams: u32,
 	/// Per session.
 	pub session: moq_net::lite::session::Limits,
+	/// Per cluster peer's session.
+	pub cluster_session: moq_net::lite::session::Limits,
 	/// Cache bytes per publishing session; `None` for a quarter of the cache.
 	pub session_cache: Option<u64>,
 	/// HTTP connections at once.
@@ -126,6 +134,9 @@ impl Default for Limits {
 			// publisher or viewer uses.
 			streams: 256,
 			session: moq_net::lite::session::Limits::default(),
+			// A peer announces every broadcast its clients publish and asks once for every track
+			// its viewers want; a relay with more than this many is one to split.
+			cluster_session: cluster_limits(moq_net::lite::session::Limits::default(), 16_384),
 			session_cache: None,
 			http_connections: 256,
 			http_per_ip: 16,
@@ -145,6 +156,13 @@ impl LimitOptions {
 				.filter(|&b| b >= 1024)
 				.ok_or_else(|| format!("{name}: {bytes} is not between 1KiB and 4GiB")),
 		};
+		let session = moq_net::lite::session::Limits {
+			announces: self.announces.unwrap_or(d.session.announces),
+			subscriptions: self.subscriptions.unwrap_or(d.session.subscriptions),
+			track_requests: self.track_requests.unwrap_or(d.session.track_requests),
+			groups_in_flight: self.groups_in_flight.unwrap_or(d.session.groups_in_flight).max(1),
+			partial_bytes: self.partial_bytes.map_or(d.session.partial_bytes, |s| s.0),
+		};
 		Ok(Limits {
 			quic: moq_quic::Limits {
 				handshakes: self.handshakes.unwrap_or(d.quic.handshakes),
@@ -156,18 +174,27 @@ impl LimitOptions {
 			stream_window: window(self.stream_window, d.stream_window, "stream_window")?,
 			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
 			streams: self.streams.unwrap_or(d.streams),
-			session: moq_net::lite::session::Limits {
-				announces: self.announces.unwrap_or(d.session.announces),
-				subscriptions: self.subscriptions.unwrap_or(d.session.subscriptions),
-				track_requests: self.track_requests.unwrap_or(d.session.track_requests),
-				groups_in_flight: self.groups_in_flight.unwrap_or(d.session.groups_in_flight).max(1),
-				partial_bytes: self.partial_bytes.map_or(d.session.partial_bytes, |s| s.0),
-			},
+			session,
+			cluster_session: cluster_limits(
+				session,
+				self.cluster_requests.unwrap_or(d.cluster_session.announces),
+			),
 			session_cache: self.session_cache.map(|s| s.0),
 			http_connections: self.http_connections.unwrap_or(d.http_connections).max(1),
 			http_per_ip: self.http_per_ip.unwrap_or(d.http_per_ip).max(1),
 			http_head_timeout: self.http_head_timeout.map_or(d.http_head_timeout, |s| s.0),
 		})
+	}
+}
+
+/// A cluster peer's session: `session`'s limits with `requests` announcements, subscriptions and
+/// track requests.
+fn cluster_limits(session: moq_net::lite::session::Limits, requests: usize) -> moq_net::lite::session::Limits {
+	moq_net::lite::session::Limits {
+		announces: requests,
+		subscriptions: requests,
+		track_requests: requests,
+		..session
 	}
 }
 

@@ -37,7 +37,7 @@ use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, h3};
 use tracing::{debug, info, warn};
 
 use crate::auth::{Auth, Grant};
-use crate::config::{Config, Tls};
+use crate::config::{Cluster, Config, Tls};
 use crate::http::{self, Routes};
 use crate::limits::Limits;
 use crate::metrics::{Kind, Prom};
@@ -47,14 +47,19 @@ use crate::race::{Either, race};
 pub const SHUTDOWN_CODE: u64 = 25;
 
 /// What every worker shares.
-struct Shared {
-	origin: Origin,
-	relay_id: u64,
+pub(crate) struct Shared {
+	pub(crate) origin: Origin,
+	pub(crate) relay_id: u64,
 	auth: Auth,
 	quic: moq_quic::Config,
-	pool: Pool,
-	limits: Limits,
-	counters: Arc<Counters>,
+	pub(crate) pool: Pool,
+	pub(crate) limits: Limits,
+	pub(crate) counters: Arc<Counters>,
+	pub(crate) cluster: Cluster,
+	/// Links to cluster peers this relay dialled that are up now.
+	pub(crate) cluster_links: AtomicU64,
+	/// Sessions of cluster peers that dialled this relay, open now.
+	cluster_sessions: AtomicU64,
 	connections: AtomicU64,
 	connections_open: AtomicU64,
 	sessions: AtomicU64,
@@ -62,7 +67,7 @@ struct Shared {
 	worker_sessions: Vec<AtomicU64>,
 	refused: AtomicU64,
 	max_connections: Option<usize>,
-	shutdown_timeout: Duration,
+	pub(crate) shutdown_timeout: Duration,
 	/// Each worker's endpoint counters, refreshed every second by the worker.
 	endpoints: Mutex<Vec<EndpointStats>>,
 	monitors: Vec<kio::Monitor>,
@@ -150,7 +155,8 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		.workers(config.workers)
 		.build()
 		.context("starting the kio runtime (io_uring)")?;
-	let origin = Origin::new(relay_id());
+	let verification = crate::cluster::verification(&config.cluster.tls)?;
+	let origin = Origin::new(config.cluster.id.unwrap_or_else(relay_id));
 	let shared = Arc::new(Shared {
 		relay_id: origin.id(),
 		origin,
@@ -159,6 +165,9 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		pool: Pool::new(config.cache_size),
 		limits,
 		counters: Arc::new(Counters::default()),
+		cluster: config.cluster.clone(),
+		cluster_links: AtomicU64::new(0),
+		cluster_sessions: AtomicU64::new(0),
 		connections: AtomicU64::new(0),
 		connections_open: AtomicU64::new(0),
 		sessions: AtomicU64::new(0),
@@ -183,11 +192,12 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 			let shared = shared.clone();
 			let shutdown = shutdown.clone();
 			let ready_tx = ready.clone();
+			let verification = verification.clone();
 			workers.push(kio::spawn_on(index, move || async move {
 				match Endpoint::bind(quic_addr, shared.quic.clone()) {
 					Ok(endpoint) => {
 						let _ = ready_tx.try_push(Ok(()));
-						serve_worker(shared, endpoint, index, shutdown).await;
+						serve_worker(shared, endpoint, index, verification, shutdown).await;
 					}
 					Err(e) => {
 						let _ = ready_tx.try_push(Err(e));
@@ -230,7 +240,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 			.map(|(_, addr)| addr.to_string())
 			.unwrap_or_else(|| "none".into());
 		info!(relay = shared.relay_id, workers = kio::worker_count(), %quic_addr, %http_addr, "serving");
-		serve_worker(shared, endpoint, 0, shutdown).await;
+		serve_worker(shared, endpoint, 0, verification, shutdown).await;
 		for worker in workers {
 			let _ = worker.await;
 		}
@@ -242,9 +252,27 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 	})
 }
 
-/// One worker: accept, serve, and at shutdown close and drain.
-async fn serve_worker(shared: Arc<Shared>, endpoint: Endpoint, index: usize, shutdown: Consumer<()>) {
+/// One worker: accept, serve, keep its share of the cluster links up, and at shutdown close and
+/// drain.
+async fn serve_worker(
+	shared: Arc<Shared>,
+	endpoint: Endpoint,
+	index: usize,
+	verification: moq_quic::Verification,
+	shutdown: Consumer<()>,
+) {
 	let stats_task = kio::spawn(publish_stats(shared.clone(), endpoint.clone(), index));
+	let links: Vec<_> = (shared.cluster.connect.iter().enumerate())
+		.filter(|(i, _)| i % kio::worker_count() == index)
+		.map(|(_, peer)| {
+			kio::spawn(crate::cluster::link(
+				shared.clone(),
+				peer.clone(),
+				verification.clone(),
+				shutdown.clone(),
+			))
+		})
+		.collect();
 	let mut connections = Vec::new();
 	loop {
 		let next = race(endpoint.accept(), shutdown.closed()).await;
@@ -271,6 +299,10 @@ async fn serve_worker(shared: Arc<Shared>, endpoint: Endpoint, index: usize, shu
 	}
 	for task in connections {
 		task.abort();
+	}
+	// Each link closes itself at shutdown, within the same deadline.
+	for link in links {
+		let _ = link.await;
 	}
 	stats_task.abort();
 	shared.endpoints.lock().expect("stats lock")[index] = endpoint.stats();
@@ -314,6 +346,7 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		counters: Some(shared.counters.clone()),
 		limits: shared.limits.session,
 		version: Version::from_alpn(&alpn).unwrap_or_default(),
+		linger: shared.cluster.linger,
 		..session::Config::default()
 	};
 	if alpn == h3::ALPN {
@@ -478,7 +511,7 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 ) -> impl Future<Output = ()> + 'a {
 	let Opened {
 		transport,
-		config,
+		mut config,
 		peer,
 		grant,
 		link: Link {
@@ -492,14 +525,24 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 	let publish =
 		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
 	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
+	// A cluster peer carries a whole relay's broadcasts and demand: its own limits, the whole
+	// cache, and only our own clients' routes announced to it.
+	if grant.cluster {
+		config.cluster = true;
+		config.limits = shared.limits.cluster_session;
+		config.pool = Some(shared.pool.clone());
+		shared.cluster_sessions.fetch_add(1, Ordering::Relaxed);
+	}
+	let cluster_session = grant.cluster.then(|| Decrement(&shared.cluster_sessions));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let worker_session = Decrement(&shared.worker_sessions[worker]);
-	info!(%remote, transport = kind, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), "session");
+	info!(%remote, transport = kind, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), cluster = grant.cluster, "session");
 	let session = session::start(transport, config, peer, publish, subscribe);
 	let expires = grant.remaining(SystemTime::now()).map(|left| kio::time::now() + left);
 	async move {
 		let _worker_session = worker_session;
+		let _cluster_session = cluster_session;
 		let expiry = async {
 			match expires {
 				Some(at) => kio::time::sleep_until(at).await,
@@ -618,6 +661,16 @@ fn render_metrics(shared: &Shared) -> String {
 		"moq_relay_announces",
 		"Broadcasts sessions announce now (limits.announces per session).",
 		load(&counters.announces),
+	)
+	.gauge(
+		"moq_relay_cluster_links",
+		"Links this relay dialled to cluster peers that are up now.",
+		load(&shared.cluster_links),
+	)
+	.gauge(
+		"moq_relay_cluster_sessions",
+		"Cluster peers that dialled this relay, linked now.",
+		load(&shared.cluster_sessions),
 	)
 	.gauge(
 		"moq_relay_broadcast_backups",

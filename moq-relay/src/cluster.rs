@@ -1,0 +1,207 @@
+//! Cluster links: relays that share one origin across hosts.
+//!
+//! A relay dials each peer of `[cluster] connect` as a moq-lite client, with its cluster token
+//! in the URL (`?jwt=`), and keeps the link up for ever (jittered backoff from 1 s to 10 s
+//! between attempts). A link is one session both ways, marked as a cluster session on both ends
+//! (the dialler knows it dialled a peer; the dialled relay knows from the token's `cluster`
+//! claim):
+//!
+//! - each end announces to the other **only what its own clients publish**
+//!   ([`OriginConsumer::announced_to_peer`](moq_net::model::OriginConsumer::announced_to_peer)),
+//!   with the hop chain; routes learned from a peer are never passed on to another peer. A
+//!   full mesh of origins, no transit: announce state per broadcast is one entry per relay,
+//!   where re-announcing every learned route to every peer grows with the square of the relays;
+//! - each end mirrors the other's announcements into its origin as cluster routes; a viewer's
+//!   subscription there is forwarded upstream once per track, whatever the number of viewers
+//!   (the track aggregates their demand);
+//! - a path announced by several peers is served from the best route (a local publisher first,
+//!   then the shortest hop chain, then the newest), and fails over to the next when that one
+//!   goes (`moq_net::model::origin`).
+//!
+//! The topology this needs: every relay that has publishers is linked with every relay that has
+//! viewers of them (in practice, a full mesh). Transit (relays passing on what they learned,
+//! with hop chains to stop loops) would let a chain or a star of links carry everything, at the
+//! price of announce state and churn that grow with the relays times the links.
+//!
+//! A relay shutting down closes its links with Closed (25): its peers withdraw its routes at
+//! once. A link lost abruptly (a crash, a partition: the connection times out) leaves its routes
+//! announced for `[cluster] linger` before they are withdrawn.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kio::sync::Consumer;
+use moq_net::lite::session;
+use moq_quic::Verification;
+use tracing::{info, warn};
+
+use crate::client::{self, AnyClient, Url};
+use crate::config::PeerTls;
+use crate::race::{Either, race};
+use crate::server::{SHUTDOWN_CODE, Shared};
+
+/// The first delay before dialling a peer again.
+pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// The longest delay between two attempts.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A link that stayed up this long starts its next backoff from [`BACKOFF_MIN`] again.
+const STABLE: Duration = Duration::from_secs(30);
+
+/// How a peer's certificate is checked.
+pub fn verification(tls: &PeerTls) -> anyhow::Result<Verification> {
+	Ok(match tls {
+		PeerTls::Fingerprints(pins) => Verification::Fingerprints(pins.clone()),
+		PeerTls::Roots(path) => Verification::Roots(
+			moq_quic::Certificate::roots_from_pem_file(path).context("reading the cluster roots")?,
+		),
+		PeerTls::Insecure => Verification::Disabled,
+	})
+}
+
+/// Doubling delays between [`BACKOFF_MIN`] and [`BACKOFF_MAX`], each drawn from its upper half,
+/// so relays that lost a peer together do not all dial it at the same instant.
+#[derive(Debug)]
+pub struct Backoff {
+	next: Duration,
+	state: u64,
+}
+
+impl Backoff {
+	/// A backoff whose jitter is drawn from `seed`.
+	pub fn new(seed: u64) -> Self {
+		Self {
+			next: BACKOFF_MIN,
+			state: seed | 1,
+		}
+	}
+
+	/// The delay before the next attempt.
+	pub fn delay(&mut self) -> Duration {
+		// xorshift64: jitter, not secrecy.
+		self.state ^= self.state << 13;
+		self.state ^= self.state >> 7;
+		self.state ^= self.state << 17;
+		let fraction = 0.5 + (self.state >> 11) as f64 / (1u64 << 53) as f64 / 2.0;
+		let delay = self.next.mul_f64(fraction);
+		self.next = (self.next * 2).min(BACKOFF_MAX);
+		delay
+	}
+
+	/// Starts again from [`BACKOFF_MIN`].
+	pub fn reset(&mut self) {
+		self.next = BACKOFF_MIN;
+	}
+}
+
+/// `url` with the cluster token in its query.
+fn with_token(url: &Url, token: Option<&str>) -> Url {
+	let mut url = url.clone();
+	if let Some(token) = token {
+		let separator = if url.path.contains('?') { '&' } else { '?' };
+		url.path = format!("{}{separator}jwt={token}", url.path);
+	}
+	url
+}
+
+/// Keeps the link to `peer` up until shutdown: dial, serve the session until it ends, wait the
+/// backoff, dial again.
+pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verification, shutdown: Consumer<()>) {
+	let Ok(url) = Url::parse(&peer) else {
+		// Checked when the configuration was read.
+		return;
+	};
+	let url = with_token(&url, shared.cluster.token.as_deref());
+	let mut backoff = Backoff::new(shared.relay_id ^ peer.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b)));
+	loop {
+		let started = kio::time::now();
+		match race(dial(&shared, &url, &verification), shutdown.closed()).await {
+			Either::Right(()) => return,
+			Either::Left(Err(err)) => warn!(peer, err = %format!("{err:#}"), "cluster peer unreachable"),
+			Either::Left(Ok((client, endpoint))) => {
+				info!(peer, "cluster link up");
+				shared.cluster_links.fetch_add(1, Ordering::Relaxed);
+				let ended = race(client.closed(), shutdown.closed()).await;
+				shared.cluster_links.fetch_sub(1, Ordering::Relaxed);
+				if let Either::Right(()) = ended {
+					// Leaving the cluster: the peer withdraws our routes at once on Closed.
+					client.close(SHUTDOWN_CODE);
+					drop(client);
+					let _ = race(endpoint.drained(), kio::time::sleep(shared.shutdown_timeout)).await;
+					return;
+				}
+				if let Either::Left(code) = ended {
+					warn!(peer, code, "cluster link lost");
+				}
+				if kio::time::now() - started >= STABLE {
+					backoff.reset();
+				}
+			}
+		}
+		if let Either::Right(()) = race(kio::time::sleep(backoff.delay()), shutdown.closed()).await {
+			return;
+		}
+	}
+}
+
+/// One attempt: a QUIC connection to the peer, SETUP, and the session both ways over the whole
+/// origin, as a cluster session.
+async fn dial(
+	shared: &Shared,
+	url: &Url,
+	verification: &Verification,
+) -> anyhow::Result<(AnyClient, moq_quic::Endpoint)> {
+	// A name is resolved on the worker (a blocking lookup): peers are few and dialled rarely.
+	let addr: SocketAddr = url.resolve()?;
+	// Its own socket: replies to the relay's shared port could reach another worker's socket.
+	let endpoint = client::endpoint(addr)?;
+	let config = session::Config {
+		origin: shared.relay_id,
+		pool: Some(shared.pool.clone()),
+		counters: Some(shared.counters.clone()),
+		limits: shared.limits.cluster_session,
+		cluster: true,
+		linger: shared.cluster.linger,
+		..session::Config::default()
+	};
+	let client = client::dial_configured(
+		&endpoint,
+		addr,
+		url,
+		verification,
+		config,
+		Some(shared.origin.consumer()),
+		Some(shared.origin.producer()),
+	)
+	.await?;
+	Ok((client, endpoint))
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+
+	#[test]
+	fn backoff_doubles_to_its_cap_with_jitter_and_resets() {
+		let mut backoff = Backoff::new(42);
+		let delays: Vec<Duration> = (0..8).map(|_| backoff.delay()).collect();
+		let caps = [1, 2, 4, 8, 10, 10, 10, 10].map(Duration::from_secs);
+		for (delay, cap) in delays.iter().zip(caps) {
+			assert!(*delay >= cap / 2 && *delay <= cap, "{delay:?} not in [{:?}, {cap:?}]", cap / 2);
+		}
+		assert!(delays[4..].windows(2).any(|w| w[0] != w[1]), "jittered: {delays:?}");
+		backoff.reset();
+		assert!(backoff.delay() <= BACKOFF_MIN);
+	}
+
+	#[test]
+	fn the_token_goes_in_the_query() {
+		let url = Url::parse("moqt://peer:4443/").unwrap();
+		assert_eq!(with_token(&url, Some("a.b.c")).path, "/?jwt=a.b.c");
+		let url = Url::parse("moqt://peer:4443/x?cost=2").unwrap();
+		assert_eq!(with_token(&url, Some("t")).path, "/x?cost=2&jwt=t");
+		assert_eq!(with_token(&url, None).path, "/x?cost=2");
+	}
+}
