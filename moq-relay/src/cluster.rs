@@ -54,9 +54,9 @@ const STABLE: Duration = Duration::from_secs(30);
 pub fn verification(tls: &PeerTls) -> anyhow::Result<Verification> {
 	Ok(match tls {
 		PeerTls::Fingerprints(pins) => Verification::Fingerprints(pins.clone()),
-		PeerTls::Roots(path) => Verification::Roots(
-			moq_quic::Certificate::roots_from_pem_file(path).context("reading the cluster roots")?,
-		),
+		PeerTls::Roots(path) => {
+			Verification::Roots(moq_quic::Certificate::roots_from_pem_file(path).context("reading the cluster roots")?)
+		}
 		PeerTls::Insecure => Verification::Disabled,
 	})
 }
@@ -189,7 +189,11 @@ mod tests {
 		let delays: Vec<Duration> = (0..8).map(|_| backoff.delay()).collect();
 		let caps = [1, 2, 4, 8, 10, 10, 10, 10].map(Duration::from_secs);
 		for (delay, cap) in delays.iter().zip(caps) {
-			assert!(*delay >= cap / 2 && *delay <= cap, "{delay:?} not in [{:?}, {cap:?}]", cap / 2);
+			assert!(
+				*delay >= cap / 2 && *delay <= cap,
+				"{delay:?} not in [{:?}, {cap:?}]",
+				cap / 2
+			);
 		}
 		assert!(delays[4..].windows(2).any(|w| w[0] != w[1]), "jittered: {delays:?}");
 		backoff.reset();

@@ -166,7 +166,12 @@ pub struct ClusterOptions {
 
 	/// Accept any certificate from peers: for development on one host only
 	/// [file: `[cluster] insecure = true`].
-	#[arg(id = "cluster_insecure", long = "cluster-insecure", num_args = 0, default_missing_value = "true")]
+	#[arg(
+		id = "cluster_insecure",
+		long = "cluster-insecure",
+		num_args = 0,
+		default_missing_value = "true"
+	)]
 	pub insecure: Option<bool>,
 }
 
@@ -309,6 +314,20 @@ pub struct Cluster {
 	pub linger: Duration,
 	/// How peers' certificates are checked.
 	pub tls: PeerTls,
+}
+
+impl Default for Cluster {
+	/// No peers; the default linger.
+	fn default() -> Self {
+		Self {
+			connect: Vec::new(),
+			node: None,
+			token: None,
+			id: None,
+			linger: DEFAULT_LINGER,
+			tls: PeerTls::Fingerprints(Vec::new()),
+		}
+	}
 }
 
 /// How long an abruptly lost publisher's broadcasts stay announced when not told.

@@ -175,10 +175,7 @@ impl LimitOptions {
 			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
 			streams: self.streams.unwrap_or(d.streams),
 			session,
-			cluster_session: cluster_limits(
-				session,
-				self.cluster_requests.unwrap_or(d.cluster_session.announces),
-			),
+			cluster_session: cluster_limits(session, self.cluster_requests.unwrap_or(d.cluster_session.announces)),
 			session_cache: self.session_cache.map(|s| s.0),
 			http_connections: self.http_connections.unwrap_or(d.http_connections).max(1),
 			http_per_ip: self.http_per_ip.unwrap_or(d.http_per_ip).max(1),

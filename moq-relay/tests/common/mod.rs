@@ -19,7 +19,7 @@ pub(crate) use moq_net::test_support::{self, announced, frame, publish, take, ty
 use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
-use moq_relay::config::{Config, Tls};
+use moq_relay::config::{Cluster, Config, Tls};
 use moq_relay::limits::Limits;
 use moq_relay::race::{Either, race};
 use moq_relay::server::{self, Bound, Shutdown};
@@ -61,6 +61,21 @@ impl Relay {
 	}
 
 	pub(crate) fn start_configured(workers: usize, auth: AuthConfig, limits: Limits, cache_size: u64) -> Self {
+		Self::start_full(workers, auth, limits, cache_size, Cluster::default())
+	}
+
+	/// A relay of a cluster: one worker, `auth`, and `cluster`.
+	pub(crate) fn start_cluster(auth: AuthConfig, cluster: Cluster) -> Self {
+		Self::start_full(1, auth, Limits::default(), 64 << 20, cluster)
+	}
+
+	pub(crate) fn start_full(
+		workers: usize,
+		auth: AuthConfig,
+		limits: Limits,
+		cache_size: u64,
+		cluster: Cluster,
+	) -> Self {
 		let config = Config {
 			file: None,
 			listen: "127.0.0.1:0".parse().unwrap(),
@@ -75,6 +90,7 @@ impl Relay {
 			cache_size,
 			max_connections: None,
 			limits,
+			cluster,
 		};
 		let (shutdown, watch) = Shutdown::new();
 		let (tx, rx) = mpsc::channel();

@@ -1,0 +1,387 @@
+//! Relays linked into one cluster over loopback QUIC: a broadcast published on one relay reaches
+//! viewers on the others through one upstream subscription per link, announcements never loop
+//! or pass through a third relay, a relay that leaves takes its routes with it, and a relay
+//! without the cluster token is not a peer.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use moq_net::Path;
+use moq_net::model::{Origin, Route};
+use moq_relay::auth::{self, Anonymous, AuthConfig};
+use moq_relay::config::{Cluster, PeerTls};
+use serde_json::json;
+
+const KEY: &[u8] = b"a cluster test secret, 32+ bytes long";
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A key file every relay of a test reads (removed on drop).
+struct KeyFile(std::path::PathBuf);
+
+impl KeyFile {
+	fn write(test: &str) -> Self {
+		let name = format!("moq-relay-cluster-{}-{test}.jwks.json", std::process::id());
+		let path = std::env::temp_dir().join(name);
+		let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
+		std::fs::write(&path, jwks.to_string()).unwrap();
+		Self(path)
+	}
+
+	/// Tokens verified with this file; clients need none (anonymous access everywhere).
+	fn auth(&self) -> AuthConfig {
+		AuthConfig {
+			key_file: Some(self.0.clone()),
+			anonymous: Anonymous::everything(),
+		}
+	}
+}
+
+impl Drop for KeyFile {
+	fn drop(&mut self) {
+		let _ = std::fs::remove_file(&self.0);
+	}
+}
+
+fn cluster_token() -> String {
+	let exp = SystemTime::now()
+		.duration_since(SystemTime::UNIX_EPOCH)
+		.unwrap()
+		.as_secs()
+		+ 600;
+	auth::sign_hs256(&json!({"cluster": true, "exp": exp}), KEY)
+}
+
+fn peer_url(relay: &Relay) -> String {
+	format!("moqt://localhost:{}/", relay.bound.quic.port())
+}
+
+/// A relay with origin id `id` that dials `peers` with the cluster token.
+fn member(keys: &KeyFile, id: u64, peers: &[&Relay], linger: Duration) -> Relay {
+	let fingerprints = peers
+		.iter()
+		.map(|peer| moq_quic::tls::parse_fingerprint(&peer.bound.fingerprint).unwrap())
+		.collect();
+	Relay::start_cluster(
+		keys.auth(),
+		Cluster {
+			connect: peers.iter().map(|peer| peer_url(peer)).collect(),
+			token: Some(cluster_token()),
+			id: Some(id),
+			linger,
+			tls: PeerTls::Fingerprints(fingerprints),
+			..Cluster::default()
+		},
+	)
+}
+
+async fn metric(relay: &Relay, name: &str) -> u64 {
+	metric_at(relay.bound.http.unwrap(), name).await
+}
+
+async fn metric_until(relay: &Relay, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+	metric_until_at(LIMIT, relay.bound.http.unwrap(), name, ok).await
+}
+
+/// The route of the first announcement of `path` a viewer of `origin` hears.
+async fn announced_route(origin: &Origin, path: &str) -> Route {
+	let mut cursor = origin.consumer().announced(&Path::default());
+	loop {
+		let update = cursor.next().await;
+		if update.path == Path::new(path) && update.broadcast.is_some() {
+			return update.route;
+		}
+	}
+}
+
+/// Waits until `path` is unannounced in `origin`.
+async fn gone(origin: &Origin, path: &str) {
+	let mut cursor = origin.consumer().announced(&Path::default());
+	let mut present = false;
+	loop {
+		if let Some(update) = cursor.try_next() {
+			if update.path == Path::new(path) {
+				present = update.broadcast.is_some();
+			}
+			continue;
+		}
+		if !present {
+			return;
+		}
+		let update = cursor.next().await;
+		if update.path == Path::new(path) {
+			present = update.broadcast.is_some();
+		}
+	}
+}
+
+#[test]
+fn a_broadcast_on_relay_a_reaches_viewers_on_b_and_c_through_one_subscription_per_link() {
+	let keys = KeyFile::write("fanout");
+	let a = member(&keys, 10, &[], Duration::from_secs(5));
+	let b = member(&keys, 20, &[&a], Duration::from_secs(5));
+	let c = member(&keys, 30, &[&a, &b], Duration::from_secs(5));
+	runtime().block_on(async {
+		// Every link is up: B→A, C→A, C→B (A and B also count the sessions of those that dialled).
+		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
+		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
+		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 2).await;
+		metric_until(&b, "moq_relay_cluster_sessions", |n| n == 1).await;
+
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let publisher_endpoint = endpoint(&a);
+		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+
+		// Three viewers on B, one on C.
+		let mut viewers = Vec::new();
+		for (relay, id) in [(&b, 101), (&b, 102), (&b, 103), (&c, 104)] {
+			let origin = Origin::new(id);
+			let endpoint = endpoint(relay);
+			let client = viewer(relay, &endpoint, "/", &origin).await.unwrap();
+			let route = within(LIMIT, "the announcement", announced_route(&origin, "bbb")).await;
+			viewers.push((origin, endpoint, client, route));
+		}
+		// Hop chains: publisher 7, relay A (10), the viewer's relay; never through a third relay.
+		assert_eq!(viewers[0].3.hops, vec![7, 10, 20]);
+		assert_eq!(viewers[3].3.hops, vec![7, 10, 30]);
+
+		let mut cursors = Vec::new();
+		for (origin, ..) in &viewers {
+			let broadcast = announced(origin, "bbb").await;
+			cursors.push(broadcast.subscribe_track("video", sub()).unwrap());
+		}
+		// Demand reached A through both links before the first group is written.
+		metric_until(&a, "moq_relay_subscriptions", |n| n == 2).await;
+		for seq in 0..20 {
+			publish(&track, seq);
+		}
+		for cursor in &mut cursors {
+			let got = within(LIMIT, "every group", take(cursor, 20)).await;
+			assert_eq!(got, (0..20).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		}
+		// One upstream subscription per link however many viewers: A serves B's link and C's link,
+		// B serves its three viewers, C its one (and B's link to C carries nothing of it).
+		assert_eq!(metric(&a, "moq_relay_subscriptions").await, 2);
+		assert_eq!(metric(&b, "moq_relay_subscriptions").await, 3);
+		assert_eq!(metric(&c, "moq_relay_subscriptions").await, 1);
+		// Nothing was announced twice or looped: each relay holds the broadcast once, no backups.
+		for relay in [&a, &b, &c] {
+			assert_eq!(metric(relay, "moq_relay_broadcasts").await, 1);
+			assert_eq!(metric(relay, "moq_relay_broadcast_backups").await, 0);
+		}
+	});
+}
+
+#[test]
+fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_first() {
+	let keys = KeyFile::write("leave");
+	let linger = Duration::from_millis(1500);
+	let a = member(&keys, 10, &[], linger);
+	let b = member(&keys, 20, &[&a], linger);
+	let c = member(&keys, 30, &[&a, &b], linger);
+	runtime().block_on(async {
+		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
+		let watchers: Vec<(Origin, _, _)> = {
+			let mut watchers = Vec::new();
+			for (relay, id) in [(&b, 101), (&c, 102)] {
+				let origin = Origin::new(id);
+				let endpoint = endpoint(relay);
+				let client = viewer(relay, &endpoint, "/", &origin).await.unwrap();
+				watchers.push((origin, endpoint, client));
+			}
+			watchers
+		};
+
+		// A publisher that says goodbye: its broadcast ends at once on every relay.
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "clean");
+		let publisher_endpoint = endpoint(&a);
+		let publisher_client = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+		for (origin, ..) in &watchers {
+			within(LIMIT, "the announcement", announced(origin, "clean")).await;
+		}
+		let closed = Instant::now();
+		publisher_client.session.close(0);
+		for (origin, ..) in &watchers {
+			within(LIMIT, "the end", gone(origin, "clean")).await;
+		}
+		assert!(closed.elapsed() < linger, "a goodbye does not linger");
+
+		// A publisher lost abruptly (its connection fails: code 4, as an idle timeout reads):
+		// its broadcast stays announced for the linger, then goes everywhere.
+		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "lost");
+		let publisher_client = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+		for (origin, ..) in &watchers {
+			within(LIMIT, "the announcement", announced(origin, "lost")).await;
+		}
+		let lost = Instant::now();
+		publisher_client.connection.close(4, "gone");
+		for (origin, ..) in &watchers {
+			within(LIMIT, "the end", gone(origin, "lost")).await;
+		}
+		assert!(lost.elapsed() >= linger, "withdrawn after {:?}", lost.elapsed());
+		for relay in [&a, &b, &c] {
+			metric_until(relay, "moq_relay_broadcasts", |n| n == 0).await;
+		}
+	});
+}
+
+#[test]
+fn a_publisher_that_reconnects_within_the_linger_takes_its_path_over() {
+	let keys = KeyFile::write("reconnect");
+	let a = member(&keys, 10, &[], Duration::from_secs(30));
+	let b = member(&keys, 20, &[&a], Duration::from_secs(30));
+	runtime().block_on(async {
+		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
+		let viewer_origin = Origin::new(101);
+		let viewer_endpoint = endpoint(&b);
+		let _viewer = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "cam");
+		let publisher_endpoint = endpoint(&a);
+		let first = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+		within(LIMIT, "the announcement", announced(&viewer_origin, "cam")).await;
+		first.connection.close(4, "lost");
+		drop(first);
+
+		// The same publisher, again, on a new connection, long before the 30 s linger is over.
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "cam");
+		let _second = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+		// Relay A serves the new publication (the newer of two equal routes), and B's viewer,
+		// asking again, gets its groups.
+		let mut seq = 0;
+		within(LIMIT, "groups from the new publication", async {
+			loop {
+				let broadcast = announced(&viewer_origin, "cam").await;
+				let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
+				// The lingering broadcast has no groups to give; the new one does.
+				seq += 1;
+				publish(&track, seq);
+				if let Ok(Ok(Some(_))) = next_group_within(&mut cursor, Duration::from_millis(500)).await {
+					return;
+				}
+			}
+		})
+		.await;
+		assert_eq!(metric(&b, "moq_relay_broadcasts").await, 1);
+	});
+}
+
+/// The next group of `cursor`, or `Err` after `limit`.
+async fn next_group_within(
+	cursor: &mut moq_net::TrackConsumer,
+	limit: Duration,
+) -> Result<Result<Option<moq_net::GroupConsumer>, moq_net::Error>, ()> {
+	use moq_relay::race::{Either, race};
+	match race(cursor.recv_group(), kio::time::sleep(limit)).await {
+		Either::Left(group) => Ok(group),
+		Either::Right(()) => Err(()),
+	}
+}
+
+#[test]
+fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
+	let keys = KeyFile::write("failover");
+	let a = member(&keys, 10, &[], Duration::from_secs(5));
+	let b = member(&keys, 20, &[&a], Duration::from_secs(5));
+	let c = member(&keys, 30, &[&a, &b], Duration::from_secs(5));
+	runtime().block_on(async {
+		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
+		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let publisher_endpoint = endpoint(&a);
+		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+
+		let viewer_origin = Origin::new(101);
+		let viewer_endpoint = endpoint(&b);
+		let on_b = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+		let broadcast = within(LIMIT, "the announcement", announced(&viewer_origin, "bbb")).await;
+		let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
+		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		for seq in 0..5 {
+			publish(&track, seq);
+		}
+		assert_eq!(within(LIMIT, "groups via B", take(&mut cursor, 5)).await.len(), 5);
+
+		// B leaves the cluster: its viewer's session ends, and A and C drop their links to it.
+		b.stop().unwrap();
+		within(LIMIT, "the viewer's session to end", on_b.session.closed()).await;
+		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 1).await;
+		metric_until(&a, "moq_relay_subscriptions", |n| n == 0).await;
+
+		// The viewer reconnects to C and continues.
+		let viewer_origin = Origin::new(102);
+		let viewer_endpoint = endpoint(&c);
+		let _on_c = viewer(&c, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+		let broadcast = within(LIMIT, "the announcement on C", announced(&viewer_origin, "bbb")).await;
+		let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
+		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		for seq in 5..10 {
+			publish(&track, seq);
+		}
+		// A new subscription starts at the latest group (4, from the cache), then every group since.
+		let got = within(LIMIT, "groups via C", take(&mut cursor, 6)).await;
+		assert_eq!(got, (4..10).map(|seq| (seq, seq)).collect::<Vec<_>>());
+	});
+}
+
+#[test]
+fn a_relay_without_the_cluster_token_is_not_a_peer() {
+	let keys = KeyFile::write("token");
+	// A takes only tokens: no anonymous access.
+	let a = Relay::start_cluster(
+		AuthConfig {
+			key_file: Some(keys.0.clone()),
+			anonymous: Anonymous::none(),
+		},
+		Cluster {
+			id: Some(10),
+			..Cluster::default()
+		},
+	);
+	let pin = moq_quic::tls::parse_fingerprint(&a.bound.fingerprint).unwrap();
+	// B dials A without a token, C with a token that is not a cluster token.
+	let b = Relay::start_cluster(
+		keys.auth(),
+		Cluster {
+			connect: vec![peer_url(&a)],
+			id: Some(20),
+			tls: PeerTls::Fingerprints(vec![pin]),
+			..Cluster::default()
+		},
+	);
+	let client_token = auth::sign_hs256(&json!({"get": "", "put": ""}), KEY);
+	let c = Relay::start_cluster(
+		keys.auth(),
+		Cluster {
+			connect: vec![peer_url(&a)],
+			token: Some(client_token),
+			id: Some(30),
+			tls: PeerTls::Fingerprints(vec![pin]),
+			..Cluster::default()
+		},
+	);
+	runtime().block_on(async {
+		// B is refused; C links, but as a client, not as a peer.
+		metric_until(&a, "moq_relay_refused_total", |n| n >= 1).await;
+		metric_until(&c, "moq_relay_cluster_links", |n| n == 1).await;
+		assert_eq!(metric(&a, "moq_relay_cluster_sessions").await, 0);
+		assert_eq!(metric(&b, "moq_relay_cluster_links").await, 0);
+	});
+}
