@@ -39,6 +39,7 @@ impl Relay {
 			cache_size: 64 << 20,
 			max_connections: None,
 			limits: Limits::default(),
+			cluster: Default::default(),
 		};
 		let (shutdown, watch) = Shutdown::new();
 		let (tx, rx) = mpsc::channel();

@@ -90,7 +90,7 @@ impl Route {
 
 	/// Whether this route is preferred to `other` on its own merits: a client's before a cluster
 	/// peer's, then the shorter hop chain. Between routes neither outranks, the newer wins.
-	pub fn outranks(&self, other: &Route) -> bool {
+	pub fn outranks(&self, other: &Self) -> bool {
 		(self.cluster, self.hops.len()) < (other.cluster, other.hops.len())
 	}
 }
