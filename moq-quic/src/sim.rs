@@ -9,8 +9,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::rc::{Rc, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -64,6 +64,8 @@ pub struct SimStats {
 	pub dropped: u64,
 	/// Datagrams delivered out of order (after one sent later on the same link).
 	pub reordered: u64,
+	/// Datagrams dropped because their hosts were cut apart ([`Network::cut`]).
+	pub cut: u64,
 }
 
 pub(crate) struct SimDatagram {
@@ -112,6 +114,8 @@ struct Net {
 	seq: Cell<u64>,
 	pump: RefCell<WaiterList>,
 	stats: Cell<SimStats>,
+	/// Pairs of hosts that cannot reach each other, lower address first.
+	cuts: RefCell<HashSet<(IpAddr, IpAddr)>>,
 }
 
 /// A simulated network. Create it inside a kio runtime (its delivery task runs there).
@@ -142,6 +146,7 @@ impl Network {
 			seq: Cell::new(0),
 			pump: RefCell::new(WaiterList::new()),
 			stats: Cell::new(SimStats::default()),
+			cuts: RefCell::new(HashSet::new()),
 		});
 		let pump = kio::spawn(pump(Rc::downgrade(&net)));
 		Self(Rc::new(NetHandle { net, pump }))
@@ -150,6 +155,17 @@ impl Network {
 	/// What happened so far.
 	pub fn stats(&self) -> SimStats {
 		self.0.net.stats.get()
+	}
+
+	/// Cuts hosts `a` and `b` (every port of each) apart, both ways: a partition. Datagrams in
+	/// flight still land.
+	pub fn cut(&self, a: IpAddr, b: IpAddr) {
+		self.0.net.cuts.borrow_mut().insert(host_pair(a, b));
+	}
+
+	/// Undoes every [`cut`](Self::cut): the partition heals.
+	pub fn heal(&self) {
+		self.0.net.cuts.borrow_mut().clear();
 	}
 
 	pub(crate) fn bind(&self, addr: SocketAddr) -> Port {
@@ -169,6 +185,10 @@ impl std::fmt::Debug for Network {
 			.field("config", &self.0.net.config)
 			.finish_non_exhaustive()
 	}
+}
+
+fn host_pair(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+	if a <= b { (a, b) } else { (b, a) }
 }
 
 impl Net {
@@ -193,6 +213,10 @@ impl Net {
 
 	fn send(&self, from: SocketAddr, to: SocketAddr, ecn: Option<EcnCodepoint>, payload: &[u8]) {
 		self.bump(|s| s.sent += 1);
+		if self.cuts.borrow().contains(&host_pair(from.ip(), to.ip())) {
+			self.bump(|s| s.cut += 1);
+			return;
+		}
 		let now = kio::time::now();
 		if self.unit() < self.config.loss {
 			self.bump(|s| s.lost += 1);
