@@ -4,10 +4,8 @@
 //! across the cut and the linger to pass) and healed. After the heal, every viewer must have every
 //! group the publisher wrote since, and no relay may hold a route twice or through a third relay.
 //!
-//! Each simulated relay is what the relay binary runs for a cluster, minus its sockets: one origin,
-//! sessions that serve it to whoever connects (a cluster session when the peer says so, here by
-//! its connection path, standing in for the cluster token), and links dialled for ever to the
-//! relays after it in the list, with backoff ([`moq_relay::cluster::Backoff`]).
+//! The simulated relays are `bench::cluster::SimCluster`: what the relay binary runs for a
+//! cluster, minus its sockets (shared with the control-plane benchmark).
 
 mod common;
 
@@ -17,94 +15,20 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
-use moq_net::lite::session;
+use bench::cluster::{SimCluster, relay_addr, relay_id, relay_ip};
 use moq_net::model::{Origin, Route};
 use moq_net::{Path, Subscription};
+use moq_quic::Endpoint;
 use moq_quic::sim::{Network, SimConfig};
-use moq_quic::{Certificate, Endpoint, Verification};
 use moq_relay::client::{self, Url};
-use moq_relay::cluster::Backoff;
 
 use common::{local_broadcast, publish, within};
 
 const RELAYS: usize = 4;
 const LINGER: Duration = Duration::from_secs(5);
-const CLUSTER_PATH: &str = "/cluster";
-
-fn relay_ip(index: usize) -> IpAddr {
-	IpAddr::from([10, 0, 0, index as u8 + 1])
-}
-
-fn relay_addr(index: usize) -> SocketAddr {
-	SocketAddr::new(relay_ip(index), 4443)
-}
-
-fn relay_id(index: usize) -> u64 {
-	100 + index as u64
-}
 
 fn runtime() -> kio::Runtime {
 	kio::Builder::single().paused_clock(true).build().unwrap()
-}
-
-/// One simulated relay: accepts sessions on its address and serves its origin to them.
-async fn serve(endpoint: Endpoint, origin: Origin) {
-	while let Some(conn) = endpoint.accept().await {
-		let origin = origin.clone();
-		let _detached = kio::spawn(async move {
-			let mut config = session::Config {
-				origin: origin.id(),
-				linger: LINGER,
-				..session::Config::default()
-			};
-			let Ok(peer) = session::setup(&conn, &config).await else {
-				return;
-			};
-			config.cluster = peer.path.as_deref() == Some(CLUSTER_PATH);
-			let session = session::start(
-				conn.clone(),
-				config,
-				peer,
-				Some(origin.consumer()),
-				Some(origin.producer()),
-			);
-			session.closed().await;
-		});
-	}
-}
-
-/// Keeps a cluster link from `from` to relay `to` up, as `moq_relay::cluster::link` does.
-async fn link(network: Network, from: usize, to: usize, origin: Origin, verification: Verification) {
-	let local = SocketAddr::new(relay_ip(from), 5000 + to as u16);
-	let endpoint = Endpoint::simulated(&network, local, moq_quic::Config::new());
-	let url = Url::parse(&format!("moqt://localhost:4443{CLUSTER_PATH}")).unwrap();
-	let mut backoff = Backoff::new(relay_id(from) << 8 | to as u64);
-	loop {
-		let config = session::Config {
-			origin: origin.id(),
-			cluster: true,
-			linger: LINGER,
-			..session::Config::default()
-		};
-		let dialled = client::dial_configured(
-			&endpoint,
-			relay_addr(to),
-			&url,
-			&verification,
-			config,
-			Some(origin.consumer()),
-			Some(origin.producer()),
-		)
-		.await;
-		if let Ok(client) = dialled {
-			let up = kio::time::now();
-			client.closed().await;
-			if kio::time::now() - up > Duration::from_secs(30) {
-				backoff.reset();
-			}
-		}
-		kio::time::sleep(backoff.delay()).await;
-	}
 }
 
 /// What one viewer saw.
@@ -160,28 +84,10 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 			seed: 7,
 			..SimConfig::default()
 		});
-		let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
-		let verification = Verification::Fingerprints(vec![cert.fingerprint()]);
-		let server = moq_quic::Config::new()
-			.with_server(&cert, &[moq_quic::ALPN_MOQ_LITE_05])
-			.unwrap();
-
-		// Four relays, each linked with each (the one earlier in the list dials).
-		let origins: Vec<Origin> = (0..RELAYS).map(|i| Origin::new(relay_id(i))).collect();
+		// Four relays, each linked with each.
+		let cluster = SimCluster::start(&network, RELAYS, LINGER);
+		let (origins, verification) = (&cluster.origins, &cluster.verification);
 		let mut tasks = Vec::new();
-		for (i, origin) in origins.iter().enumerate() {
-			let endpoint = Endpoint::simulated(&network, relay_addr(i), server.clone());
-			tasks.push(kio::spawn(serve(endpoint, origin.clone())));
-			for j in i + 1..RELAYS {
-				tasks.push(kio::spawn(link(
-					network.clone(),
-					i,
-					j,
-					origin.clone(),
-					verification.clone(),
-				)));
-			}
-		}
 
 		// A publisher on relay 0; a viewer on each relay.
 		let publisher_origin = Origin::new(7);
@@ -196,7 +102,7 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 				&publisher_endpoint,
 				relay_addr(0),
 				&url,
-				&verification,
+				verification,
 				7,
 				Some(publisher_origin.consumer()),
 				None,
@@ -216,7 +122,7 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 					&endpoint,
 					relay_addr(i),
 					&url,
-					&verification,
+					verification,
 					1000 + i as u64,
 					None,
 					Some(origin.producer()),
