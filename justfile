@@ -51,6 +51,10 @@ bench-relay *REVS:
 bench-relay-callgrind *REVS:
 	cargo run --release -p bench --bin relay -- --callgrind --save $(for rev in {{REVS}}; do printf -- '--rev %s ' "$rev"; done)
 
+# A relay cluster's control plane (2-16 relays, 1,000 broadcasts, simulated network): bench/results/cluster.md.
+bench-cluster:
+	cargo run --release -p bench --bin cluster -- --save
+
 # The relay with its defaults: QUIC and HTTP on [::]:4443, a generated certificate, anonymous access.
 relay:
 	cargo run --release -p moq-relay
