@@ -115,14 +115,7 @@ async fn serve(endpoint: Endpoint, origin: Origin, linger: Duration) {
 }
 
 /// Keeps the link from relay `from` to relay `to` up, as `moq_relay::cluster::link` does.
-async fn link(
-	network: Network,
-	from: usize,
-	to: usize,
-	origin: Origin,
-	verification: Verification,
-	linger: Duration,
-) {
+async fn link(network: Network, from: usize, to: usize, origin: Origin, verification: Verification, linger: Duration) {
 	let local = SocketAddr::new(relay_ip(from), 5000 + to as u16);
 	let endpoint = Endpoint::simulated(&network, local, moq_quic::Config::new());
 	let url = Url::parse(&format!("moqt://localhost:4443{CLUSTER_PATH}")).expect("a valid URL");

@@ -344,6 +344,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub struct Target {
 	/// Its QUIC address.
 	pub addr: SocketAddr,
+	/// Where publishers connect instead, when not `addr` (a relay upstream of it, to measure a
+	/// hop).
+	pub publish_addr: Option<SocketAddr>,
 	/// The URL: the host (TLS server name) and the path every load broadcast goes under.
 	pub url: Url,
 	/// How its certificate is checked.
@@ -749,8 +752,12 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			return;
 		};
 		let viewer = Origin::new(id);
+		let addr = match (spec.publish.is_empty(), shared.target.publish_addr) {
+			(false, Some(upstream)) => upstream,
+			_ => shared.target.addr,
+		};
 		let connected = async {
-			let endpoint = client::endpoint(shared.target.addr)?;
+			let endpoint = client::endpoint(addr)?;
 			// A viewer mirrors every announcement under the URL's path: with the default limit
 			// (1,024) the many-broadcasts shape would hide most broadcasts from it.
 			let limits = session::Limits {
@@ -759,7 +766,7 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			};
 			let client = client::dial_limited(
 				&endpoint,
-				shared.target.addr,
+				addr,
 				&shared.target.url,
 				&shared.target.verification,
 				id,

@@ -55,6 +55,7 @@ impl Relay {
 	fn target(&self) -> Target {
 		Target {
 			addr: format!("127.0.0.1:{}", self.port).parse().unwrap(),
+			publish_addr: None,
 			url: Url::parse(&format!("moqt://localhost:{}/load", self.port)).unwrap(),
 			verification: Verification::Disabled,
 		}

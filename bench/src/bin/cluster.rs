@@ -167,7 +167,10 @@ fn main() -> anyhow::Result<()> {
 	let n = args.broadcasts as f64;
 	let mut table = Table {
 		name: "cluster".into(),
-		title: format!("Relay cluster control plane: {} broadcasts over W relays", args.broadcasts),
+		title: format!(
+			"Relay cluster control plane: {} broadcasts over W relays",
+			args.broadcasts
+		),
 		unit: "bytes of resident memory (VmRSS growth), entries, ms of simulated time, ms of CPU".into(),
 		source: "VmRSS from /proc/self/status; simulated clock (10 ms one way, no loss); \
 			CLOCK_PROCESS_CPUTIME_ID"
@@ -199,14 +202,21 @@ fn main() -> anyhow::Result<()> {
 	};
 	for relays in sizes {
 		let out = std::process::Command::new(&exe)
-			.args(["--child", &relays.to_string(), "--broadcasts", &args.broadcasts.to_string()])
+			.args([
+				"--child",
+				&relays.to_string(),
+				"--broadcasts",
+				&args.broadcasts.to_string(),
+			])
 			.output()
 			.context("running a child")?;
 		let text = String::from_utf8_lossy(&out.stdout);
-		let measured = text
-			.lines()
-			.find_map(Measured::parse)
-			.with_context(|| format!("no result from the child for {relays} relays: {}", String::from_utf8_lossy(&out.stderr)))?;
+		let measured = text.lines().find_map(Measured::parse).with_context(|| {
+			format!(
+				"no result from the child for {relays} relays: {}",
+				String::from_utf8_lossy(&out.stderr)
+			)
+		})?;
 		let state = measured.rss_bytes as f64 / n;
 		let row = vec![
 			measured.relays.to_string(),

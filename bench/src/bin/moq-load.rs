@@ -68,6 +68,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
 	};
 	let target = Target {
 		addr: url.resolve()?,
+		publish_addr: None,
 		url,
 		verification,
 	};

@@ -7,6 +7,7 @@
 //! cargo run --release -p bench --bin relay -- --relay a='target/release/moq-relay --listen 127.0.0.1:{port} --no-http' \
 //!     --relay b='target/release/moq-relay --listen 127.0.0.1:{port} --no-http'   # A/A: the noise band
 //! cargo run --release -p bench --bin relay -- --callgrind --save      # user-space instructions per frame: results/relay-callgrind.md
+//! cargo run --release -p bench --bin relay -- --hop --callgrind --save # the same through two linked relays: results/relay-hop-callgrind.md
 //! ```
 //!
 //! Each measurement starts the relay command afresh (`{port}` replaced by a free UDP port), waits
@@ -26,6 +27,11 @@
 //!   (`VmHWM`), and (end − before) / connections. Not measured under callgrind (valgrind's own
 //!   memory dominates).
 //! - **latency, loss, reconnects**: the load generator's report (see `bench/src/load.rs`).
+//!
+//! With `--hop`, this tree's relay is also measured as a cluster of two: publishers on an upstream
+//! relay, subscribers on a downstream one that links with it (`--cluster-connect`), every frame
+//! crossing one extra relay. Its CPU and instructions are the two relays' sum, so the difference
+//! from the single relay in the same run is the data-plane cost of one hop.
 //!
 //! Figures are medians over the rounds (`--rounds`); `spread` is (max − min) / median of CPU or
 //! instructions per frame over the rounds; `ratio` is to the first relay given. Two relays with
@@ -79,6 +85,10 @@ struct Args {
 	/// Dial the relays over WebTransport (https://) instead of raw QUIC.
 	#[arg(long)]
 	webtransport: bool,
+	/// Also measure this tree's relay as two linked relays (publishers upstream, subscribers
+	/// downstream): the cost of one hop. Saves to relay-hop{,-callgrind}.{md,json}.
+	#[arg(long)]
+	hop: bool,
 	/// Write bench/results/relay.{md,json,svg} (relay-callgrind.{md,json} with --callgrind).
 	#[arg(long)]
 	save: bool,
@@ -91,6 +101,9 @@ struct Args {
 struct Relay {
 	name: String,
 	command: String,
+	/// Run as two: an upstream copy for the publishers, and this one, linked with it as a cluster
+	/// peer, for the subscribers.
+	hop: bool,
 }
 
 /// One measurement of one relay.
@@ -143,7 +156,17 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 		relays.push(Relay {
 			name: format!("current ({sha}{dirty})"),
 			command: relay_command(&build_relay(&top, &top.join("target"))?, args.callgrind),
+			hop: false,
 		});
+		if args.hop {
+			relays.push(Relay {
+				name: format!("current ({sha}{dirty}), one hop"),
+				hop: true,
+				..relays[0].clone()
+			});
+		}
+	} else if args.hop {
+		bail!("--hop measures this tree's relay: give it without --relay, or with --rev");
 	}
 	for rev in &args.revs {
 		let sha = git(&top, &["rev-parse", "--short", &format!("{rev}^{{commit}}")])?;
@@ -159,6 +182,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 		relays.push(Relay {
 			name: format!("{rev} ({sha})"),
 			command: relay_command(&build_relay(&tree, &tree.join("target"))?, args.callgrind),
+			hop: false,
 		});
 	}
 	for text in &args.relays {
@@ -171,6 +195,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 		relays.push(Relay {
 			name: name.to_owned(),
 			command: command.to_owned(),
+			hop: false,
 		});
 	}
 	if args.shapes.is_empty() {
@@ -214,7 +239,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 	println!("{}", table.markdown(&bench::report::revision()));
 	if args.save {
 		table.save()?;
-		if !args.callgrind {
+		if !args.callgrind && !args.hop {
 			let svg = plot(&args.shapes, &relays, &results);
 			std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("results/relay.svg"), svg)?;
 		}
@@ -287,30 +312,36 @@ fn relay_command(binary: &Path, callgrind: bool) -> String {
 	)
 }
 
-/// Starts `relay`, loads it with `shape`, samples it, stops it.
+/// Starts `relay` (and its upstream, for a hop), loads it with `shape`, samples it, stops it.
 fn measure(relay: &Relay, shape: &Shape, args: &Args, scratch: &Path) -> anyhow::Result<Measurement> {
-	let port = free_udp_port()?;
-	let command = relay.command.replace("{port}", &port.to_string());
-	let command = if args.callgrind {
-		format!(
-			"valgrind --tool=callgrind --quiet --instr-atstart=no --callgrind-out-file={}/callgrind.%p {command}",
-			scratch.display()
-		)
-	} else {
-		command
-	};
-	let log = scratch.join("relay.log");
-	let mut child = Command::new("sh")
-		.arg("-c")
-		.arg(format!("exec {command}"))
-		.stdin(Stdio::null())
-		.stdout(std::fs::File::create(&log)?)
-		.stderr(std::fs::File::create(scratch.join("relay.err"))?)
-		.spawn()
-		.with_context(|| format!("starting {command}"))?;
-	let result = measure_running(&mut child, port, shape, args, scratch);
-	let _ = child.kill();
-	let _ = child.wait();
+	let mut children = Vec::new();
+	let result = (|| {
+		let upstream = match relay.hop {
+			true => {
+				let port = free_udp_port()?;
+				children.push(start_relay(&relay.command, port, args, scratch, "upstream")?);
+				wait_bound(children.last_mut().expect("just started"), port)?;
+				Some(port)
+			}
+			false => None,
+		};
+		let port = free_udp_port()?;
+		let command = match upstream {
+			Some(up) => format!(
+				"{} --cluster-connect moqt://127.0.0.1:{up}/ --cluster-insecure",
+				relay.command
+			),
+			None => relay.command.clone(),
+		};
+		children.push(start_relay(&command, port, args, scratch, "relay")?);
+		wait_bound(children.last_mut().expect("just started"), port)?;
+		let pids: Vec<u32> = children.iter().map(Child::id).collect();
+		measure_running(&pids, port, upstream, shape, args, scratch)
+	})();
+	for child in &mut children {
+		let _ = child.kill();
+		let _ = child.wait();
+	}
 	result.map_err(|err| {
 		let stderr = std::fs::read_to_string(scratch.join("relay.err")).unwrap_or_default();
 		let tail: Vec<&str> = stderr.lines().rev().take(10).collect();
@@ -319,14 +350,30 @@ fn measure(relay: &Relay, shape: &Shape, args: &Args, scratch: &Path) -> anyhow:
 	})
 }
 
-fn measure_running(
-	child: &mut Child,
-	port: u16,
-	shape: &Shape,
-	args: &Args,
-	scratch: &Path,
-) -> anyhow::Result<Measurement> {
-	let pid = child.id();
+/// Starts `command` serving on `port` (under callgrind if asked); its output goes to
+/// `scratch/NAME.{log,err}`.
+fn start_relay(command: &str, port: u16, args: &Args, scratch: &Path, name: &str) -> anyhow::Result<Child> {
+	let command = command.replace("{port}", &port.to_string());
+	let command = if args.callgrind {
+		format!(
+			"valgrind --tool=callgrind --quiet --instr-atstart=no --callgrind-out-file={}/callgrind.%p {command}",
+			scratch.display()
+		)
+	} else {
+		command
+	};
+	Command::new("sh")
+		.arg("-c")
+		.arg(format!("exec {command}"))
+		.stdin(Stdio::null())
+		.stdout(std::fs::File::create(scratch.join(format!("{name}.log")))?)
+		.stderr(std::fs::File::create(scratch.join(format!("{name}.err")))?)
+		.spawn()
+		.with_context(|| format!("starting {command}"))
+}
+
+/// Waits (at most 60 s) until `child` has bound UDP `port`.
+fn wait_bound(child: &mut Child, port: u16) -> anyhow::Result<()> {
 	let ready_by = Instant::now() + Duration::from_secs(60);
 	while !udp_port_bound(port) {
 		if let Some(status) = child.try_wait()? {
@@ -337,9 +384,30 @@ fn measure_running(
 		}
 		std::thread::sleep(Duration::from_millis(20));
 	}
-	let base_rss = status_kib(pid, "VmRSS:")? * 1024;
+	Ok(())
+}
+
+/// Loads the relay on `port` (publishers on `upstream` when given) and samples the relays of
+/// `pids` (summed) over the steady window.
+fn measure_running(
+	pids: &[u32],
+	port: u16,
+	upstream: Option<u16>,
+	shape: &Shape,
+	args: &Args,
+	scratch: &Path,
+) -> anyhow::Result<Measurement> {
+	let rss = |key: &str| -> anyhow::Result<u64> {
+		let mut total = 0;
+		for &pid in pids {
+			total += status_kib(pid, key)? * 1024;
+		}
+		Ok(total)
+	};
+	let base_rss = rss("VmRSS:")?;
 	let target = Target {
 		addr: format!("127.0.0.1:{port}").parse().expect("an address"),
+		publish_addr: upstream.map(|up| format!("127.0.0.1:{up}").parse().expect("an address")),
 		url: Url::parse(&format!(
 			"{}://localhost:{port}/bench",
 			if args.webtransport { "https" } else { "moqt" }
@@ -354,24 +422,34 @@ fn measure_running(
 		std::thread::spawn(move || load::run(&plan, &target, live, Some(events)))
 	};
 	let tick = clock_ticks_per_second();
+	let cpu = || -> anyhow::Result<f64> {
+		let mut total = 0.0;
+		for &pid in pids {
+			total += cpu_seconds(pid, tick)?;
+		}
+		Ok(total)
+	};
 	let delivered = || live.delivered.load(Relaxed);
 	let mut start = (0.0, 0u64);
 	let mut end = (0.0, 0u64);
 	let mut instructions = None;
 	let mut top = None;
 	let mut steady_rss = 0;
+	// callgrind_control on every relay.
 	let control = |what: &[&str]| -> anyhow::Result<()> {
-		let out = Command::new("callgrind_control")
-			.args(what)
-			.arg(pid.to_string())
-			.output()
-			.context("running callgrind_control")?;
-		if !out.status.success() {
-			bail!(
-				"callgrind_control {}: {}",
-				what.join(" "),
-				String::from_utf8_lossy(&out.stderr)
-			);
+		for pid in pids {
+			let out = Command::new("callgrind_control")
+				.args(what)
+				.arg(pid.to_string())
+				.output()
+				.context("running callgrind_control")?;
+			if !out.status.success() {
+				bail!(
+					"callgrind_control {}: {}",
+					what.join(" "),
+					String::from_utf8_lossy(&out.stderr)
+				);
+			}
 		}
 		Ok(())
 	};
@@ -384,7 +462,7 @@ fn measure_running(
 					control(&["-i", "on"])?;
 					start = (0.0, (before + delivered()) / 2);
 				} else {
-					start = (cpu_seconds(pid, tick)?, delivered());
+					start = (cpu()?, delivered());
 				}
 			}
 			Event::SteadyEnd => {
@@ -392,29 +470,35 @@ fn measure_running(
 					let before = delivered();
 					control(&["-d"])?;
 					end = (0.0, (before + delivered()) / 2);
-					let dump = std::fs::read_dir(scratch)?
-						.filter_map(Result::ok)
-						.map(|entry| entry.path())
-						.find(|path| {
-							path.file_name()
-								.and_then(|n| n.to_str())
-								.is_some_and(|n| n.starts_with(&format!("callgrind.{pid}.")))
-						})
-						.context("no callgrind dump")?;
-					let text = std::fs::read_to_string(&dump)?;
-					instructions =
-						Some(bench::counter::parse_callgrind_total(&text).context("no totals in the callgrind dump")?);
-					top = Some(top_functions(&dump)?);
-					std::fs::remove_file(&dump)?;
+					let mut total = 0;
+					let mut tops = Vec::new();
+					for pid in pids {
+						let dump = std::fs::read_dir(scratch)?
+							.filter_map(Result::ok)
+							.map(|entry| entry.path())
+							.find(|path| {
+								path.file_name()
+									.and_then(|n| n.to_str())
+									.is_some_and(|n| n.starts_with(&format!("callgrind.{pid}.")))
+							})
+							.context("no callgrind dump")?;
+						let text = std::fs::read_to_string(&dump)?;
+						total +=
+							bench::counter::parse_callgrind_total(&text).context("no totals in the callgrind dump")?;
+						tops.push(top_functions(&dump)?);
+						std::fs::remove_file(&dump)?;
+					}
+					instructions = Some(total);
+					top = Some(tops.join("\n\n(the next relay)\n\n"));
 				} else {
-					end = (cpu_seconds(pid, tick)?, delivered());
-					steady_rss = status_kib(pid, "VmRSS:")? * 1024;
+					end = (cpu()?, delivered());
+					steady_rss = rss("VmRSS:")?;
 				}
 			}
 		}
 	}
 	let report = generator.join().expect("the load generator does not panic")?;
-	let peak_rss = status_kib(pid, "VmHWM:")? * 1024;
+	let peak_rss = rss("VmHWM:")?;
 	let frames = end.1.saturating_sub(start.1).max(1) as f64;
 	Ok(Measurement {
 		cpu_us_per_frame: (end.0 - start.0) * 1e6 / frames,
@@ -590,7 +674,7 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		}
 		// A/A: relays with the same command measure the noise band.
 		for (r, relay) in relays.iter().enumerate().skip(1) {
-			if relay.command == relays[0].command {
+			if relay.command == relays[0].command && relay.hop == relays[0].hop {
 				let value = median_spread(&cost(&results[s][r])).0;
 				let _ = writeln!(
 					after,
@@ -605,14 +689,18 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 	}
 	let (name, title, unit, source) = if callgrind {
 		(
-			"relay-callgrind",
+			if args.hop {
+				"relay-hop-callgrind"
+			} else {
+				"relay-callgrind"
+			},
 			"The relay under load: user-space instructions per delivered frame",
 			"instructions per delivered frame",
 			"callgrind (exact user-space instructions of every relay thread over the steady window, `callgrind_control -i on` to `-d`)",
 		)
 	} else {
 		(
-			"relay",
+			if args.hop { "relay-hop" } else { "relay" },
 			"The relay under load: CPU, memory and latency per delivered frame",
 			"µs of relay CPU per delivered frame",
 			"task-clock: the relay's utime + stime from /proc/PID/stat over the steady window; resident set from /proc/PID/status; latency measured by the load generator (µs, one monotonic clock)",
@@ -636,9 +724,15 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		relays
 			.iter()
 			.map(|r| format!(
-				"- {}: `{}`\n",
+				"- {}: `{}`{}\n",
 				r.name,
-				r.command.replace(&format!("{}/", workspace().display()), "./")
+				r.command.replace(&format!("{}/", workspace().display()), "./"),
+				match r.hop {
+					true =>
+						" twice: publishers on the first, subscribers on the second, which adds \
+						`--cluster-connect moqt://127.0.0.1:{upstream}/ --cluster-insecure`; costs are the two relays' sum",
+					false => "",
+				}
 			))
 			.collect::<String>()
 	);
