@@ -982,6 +982,56 @@ mod tests {
 	}
 
 	#[test]
+	fn cluster_options_resolve() {
+		let fp = "ab".repeat(32);
+		let config = load(&[
+			"--cluster-connect",
+			"moqt://c:4443/",
+			"--cluster-connect",
+			"moqt://a:4443/",
+			"--cluster-connect",
+			"moqt://b:4443/",
+			"--cluster-node",
+			"moqt://b:4443/",
+			"--cluster-fingerprint",
+			&fp,
+			"--cluster-id",
+			"42",
+			"--cluster-linger",
+			"2s",
+		])
+		.unwrap();
+		// One list for every relay: b skips itself, and of a and b only a (sorting first) dials.
+		assert_eq!(config.cluster.connect, vec!["moqt://c:4443/".to_owned()]);
+		assert_eq!(config.cluster.tls, PeerTls::Fingerprints(vec![[0xab; 32]]));
+		assert_eq!(config.cluster.id, Some(42));
+		assert_eq!(config.cluster.linger, Duration::from_secs(2));
+		// Without peers, nothing to check; the linger has its default.
+		assert_eq!(load(&[]).unwrap().cluster, Cluster::default());
+		for (args, expect) in [
+			(
+				&["--cluster-connect", "moqt://a/"][..],
+				"no way to check their certificates",
+			),
+			(
+				&["--cluster-connect", "http://a/", "--cluster-insecure"],
+				"not a moqt://",
+			),
+			(&["--cluster-insecure", "--cluster-fingerprint", &fp], "give one of"),
+			(&["--cluster-id", "0"], "between 1 and 2^53-1"),
+			(&["--cluster-id", "9007199254740992"], "between 1 and 2^53-1"),
+			(&["--cluster-fingerprint", "abc"], "not 64 hex digits"),
+			(
+				&["--cluster-token", "/nonexistent/cluster.jwt"],
+				"reading the cluster token",
+			),
+		] {
+			let err = format!("{:#}", load(args).unwrap_err());
+			assert!(err.contains(expect), "{args:?}: {err}");
+		}
+	}
+
+	#[test]
 	fn sizes_and_durations_parse() {
 		assert_eq!(parse_size("1048576"), Ok(1 << 20));
 		assert_eq!(parse_size("1.5KiB"), Ok(1536));

@@ -295,9 +295,11 @@ async fn next_group_within(
 #[test]
 fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 	let keys = KeyFile::write("failover");
-	let a = member(&keys, 10, &[], Duration::from_secs(5));
-	let b = member(&keys, 20, &[&a], Duration::from_secs(5));
-	let c = member(&keys, 30, &[&a, &b], Duration::from_secs(5));
+	// A linger longer than the test's bound: a route that lingered instead of going would fail it.
+	let linger = Duration::from_secs(60);
+	let a = member(&keys, 10, &[], linger);
+	let b = member(&keys, 20, &[&a], linger);
+	let c = member(&keys, 30, &[&a, &b], linger);
 	runtime().block_on(async {
 		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
 		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
@@ -318,10 +320,21 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 			publish(&track, seq);
 		}
 		assert_eq!(within(LIMIT, "groups via B", take(&mut cursor, 5)).await.len(), 5);
+		// A publisher on B too, watched from C.
+		let b_origin = Origin::new(8);
+		let (_b_broadcast, _b_track, _b_publication) = local_broadcast(&b_origin, "on-b");
+		let b_endpoint = endpoint(&b);
+		let _on_b_publisher = publisher(&b, &b_endpoint, "/", &b_origin).await.unwrap();
+		let watcher_origin = Origin::new(103);
+		let watcher_endpoint = endpoint(&c);
+		let _watcher = viewer(&c, &watcher_endpoint, "/", &watcher_origin).await.unwrap();
+		within(LIMIT, "B's broadcast on C", announced(&watcher_origin, "on-b")).await;
 
-		// B leaves the cluster: its viewer's session ends, and A and C drop their links to it.
+		// B leaves the cluster: its viewer's session ends, A and C drop their links to it, and
+		// its routes go at once (a relay that leaves says so; nothing lingers).
 		b.stop().unwrap();
 		within(LIMIT, "the viewer's session to end", on_b.session.closed()).await;
+		within(LIMIT, "B's broadcast to go from C", gone(&watcher_origin, "on-b")).await;
 		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 1).await;
 		metric_until(&a, "moq_relay_subscriptions", |n| n == 0).await;
 

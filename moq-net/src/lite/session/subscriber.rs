@@ -57,13 +57,16 @@ impl Mirrored {
 		let Self {
 			broadcast,
 			_publication: publication,
+			_charge: charge,
 			..
 		} = self;
-		// Outside a worker (the runtime is being torn down) there is nothing to linger for.
+		// Outside a worker (the runtime is being torn down) there is nothing to linger for. The
+		// announcement stays charged (and in the gauges) until it goes.
 		let _detached = kio::try_spawn(async move {
 			kio::time::sleep(linger).await;
 			broadcast.abort(model::Error::Dropped);
 			drop(publication);
+			drop(charge);
 		});
 	}
 }
