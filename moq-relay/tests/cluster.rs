@@ -355,6 +355,47 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 }
 
 #[test]
+fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
+	let keys = KeyFile::write("webtransport");
+	let a = member(&keys, 10, &[], Duration::from_secs(5));
+	let b = Relay::start_cluster(
+		keys.auth(),
+		Cluster {
+			connect: vec![format!("https://localhost:{}/", a.bound.quic.port())],
+			token: Some(cluster_token()),
+			id: Some(20),
+			tls: PeerTls::Fingerprints(vec![moq_quic::tls::parse_fingerprint(&a.bound.fingerprint).unwrap()]),
+			..Cluster::default()
+		},
+	);
+	runtime().block_on(async {
+		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
+		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 1).await;
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let publisher_endpoint = endpoint(&a);
+		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
+			.await
+			.unwrap();
+		let viewer_origin = Origin::new(101);
+		let viewer_endpoint = endpoint(&b);
+		let _viewer = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+		let route = within(LIMIT, "the announcement", announced_route(&viewer_origin, "bbb")).await;
+		assert_eq!(route.hops, vec![7, 10, 20]);
+		let mut cursor = announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		for seq in 0..10 {
+			publish(&track, seq);
+		}
+		let got = within(LIMIT, "every group", take(&mut cursor, 10)).await;
+		assert_eq!(got, (0..10).map(|seq| (seq, seq)).collect::<Vec<_>>());
+	});
+}
+
+#[test]
 fn a_relay_without_the_cluster_token_is_not_a_peer() {
 	let keys = KeyFile::write("token");
 	// A takes only tokens: no anonymous access.
