@@ -13,9 +13,13 @@ test:
 	cargo nextest run --workspace
 
 # Browsers end to end: headless Chromium (Debian's `chromium`) with the public @moq/net client
-# through the relay; needs Node/npm (`npm ci` runs on first use).
+# through the relay, and the relay's own page; needs Node/npm (`npm ci` runs on first use).
 browser:
 	cargo nextest run -p moq-relay --test browser --run-ignored ignored-only
+
+# Rebuild the relay's page (moq-relay/web/src -> web/dist, embedded in the binary).
+page:
+	cd moq-relay/web && npm ci --no-audit --no-fund && node build.mjs
 
 # Loom models of kio's cross-thread handoffs (own target dir: loom changes every crate's cfg).
 loom:

@@ -1,7 +1,9 @@
-//! The relay's HTTP endpoints, on TCP: health, the certificate fingerprint and metrics.
+//! The relay's HTTP endpoints, on TCP: its page, health, the certificate fingerprint and metrics.
 //!
 //! | Request                        | Response                                                      |
 //! |--------------------------------|---------------------------------------------------------------|
+//! | `GET /`                        | `200`, the relay's page (`moq-relay/web/`, built into `web/dist/` and embedded in the binary) |
+//! | `GET /app.js`                  | `200`, the page's script                                      |
 //! | `GET /health`                  | `200`, `ok\n`                                                 |
 //! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER: exactly 64 characters, no newline (a browser passes it to `serverCertificateHashes` as is), with `Access-Control-Allow-Origin: *` |
 //! | `GET /metrics`                 | `200`, Prometheus text ([`metrics`])          |
@@ -25,6 +27,7 @@
 //! still sends for a moment, so an unread request does not turn the close into a reset that
 //! would destroy the error response before the client reads it.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -105,6 +108,8 @@ impl Routes {
 			.split_once('?')
 			.map_or(head.target.as_str(), |(path, _)| path);
 		match path {
+			"/" | "/index.html" => Response::new(200, "text/html; charset=utf-8", PAGE_HTML),
+			"/app.js" => Response::new(200, "text/javascript; charset=utf-8", PAGE_SCRIPT),
 			"/health" => Response::text(200, "ok\n"),
 			// Browsers fetch it from a page on another origin to pin the certificate
 			// (`serverCertificateHashes`): CORS allows them to read it.
@@ -297,25 +302,31 @@ fn parse(buf: &[u8]) -> Parsed {
 	Parsed::Complete(head, len)
 }
 
+/// The relay's page (`moq-relay/web/src/index.html`, copied into `web/dist/` by its build).
+const PAGE_HTML: &str = include_str!("../web/dist/index.html");
+/// The page's script: `moq-relay/web/src/main.js` and the public `@moq/watch`, `@moq/publish` and
+/// `@moq/net` packages (versions locked in `web/package-lock.json`), bundled by `web/build.mjs`.
+const PAGE_SCRIPT: &str = include_str!("../web/dist/app.js");
+
 struct Response {
 	status: u16,
 	content_type: &'static str,
 	extra: Vec<(&'static str, &'static str)>,
-	body: String,
+	body: Cow<'static, str>,
 }
 
 impl Response {
-	fn new(status: u16, content_type: &'static str, body: String) -> Self {
+	fn new(status: u16, content_type: &'static str, body: impl Into<Cow<'static, str>>) -> Self {
 		Self {
 			status,
 			content_type,
 			extra: Vec::new(),
-			body,
+			body: body.into(),
 		}
 	}
 
-	fn text(status: u16, body: impl Into<String>) -> Self {
-		Self::new(status, "text/plain; charset=utf-8", body.into())
+	fn text(status: u16, body: impl Into<Cow<'static, str>>) -> Self {
+		Self::new(status, "text/plain; charset=utf-8", body)
 	}
 
 	fn header(mut self, name: &'static str, value: &'static str) -> Self {
@@ -601,8 +612,21 @@ mod tests {
 			assert_eq!(metrics.content_type.as_deref(), Some(metrics::CONTENT_TYPE));
 			assert!(metrics.body.contains("\nscrapes_total 1\n"), "{}", metrics.body);
 			assert_eq!(scrapes.get(), 1);
-			assert_eq!(get(addr, "/").await.unwrap().status, 404);
+			// The page and its script, whole.
+			let page = get(addr, "/?jwt=x").await.unwrap();
+			assert_eq!(page.status, 200);
+			assert_eq!(page.content_type.as_deref(), Some("text/html; charset=utf-8"));
+			assert!(
+				page.body.contains(r#"<script type="module" src="/app.js">"#),
+				"{}",
+				page.body
+			);
+			let script = get(addr, "/app.js").await.unwrap();
+			assert_eq!(script.status, 200);
+			assert_eq!(script.content_type.as_deref(), Some("text/javascript; charset=utf-8"));
+			assert_eq!(script.body.len(), PAGE_SCRIPT.len());
 			assert_eq!(get(addr, "/health/x").await.unwrap().status, 404);
+			assert_eq!(get(addr, "/app.js/x").await.unwrap().status, 404);
 			server.abort();
 		});
 	}

@@ -70,9 +70,8 @@ fn got(line: &Value) -> Vec<(u64, String)> {
 		.collect()
 }
 
-#[test]
-#[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
-fn browsers_and_native_clients_through_the_relay() {
+/// The browser driver's directory, its packages installed (`npm ci`) if they are not yet.
+fn driver() -> std::path::PathBuf {
 	let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
 	if !dir.join("node_modules").exists() {
 		let status = Command::new("npm")
@@ -82,6 +81,13 @@ fn browsers_and_native_clients_through_the_relay() {
 			.expect("npm (Node) is needed for the browser tests");
 		assert!(status.success(), "npm ci failed");
 	}
+	dir
+}
+
+#[test]
+#[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
+fn browsers_and_native_clients_through_the_relay() {
+	let dir = driver();
 	let relay = Relay::start(1);
 	let url = format!("https://127.0.0.1:{}/", relay.bound.quic.port());
 	let mut node = runtime().block_on(async {
@@ -225,4 +231,96 @@ fn browsers_and_native_clients_through_the_relay() {
 	});
 	// The driver closes the browser and exits 0 (nextest's timeout covers a hang).
 	assert!(node.wait().unwrap().success(), "the browser driver failed");
+}
+
+/// The relay's own page (`moq-relay/web/`, served at `/`): one page publishes Chromium's fake
+/// camera and microphone under a path typed into it, a second page finds the broadcast in its list
+/// (with the tracks of its catalog), watches it with the public `@moq/watch` player until it has
+/// decoded 30 frames (the player's own counter), shows traffic in its plots, and lists
+/// `moq-clock publish` (a native publisher, as a process) and reads its frames as text. A
+/// screenshot of each page is saved in `target/tmp/page-{publish,watch}.png` for a person to look
+/// at.
+#[test]
+#[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
+fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
+	let dir = driver();
+	let relay = Relay::start(1);
+	let page = format!("http://127.0.0.1:{}/", relay.bound.http.unwrap().port());
+	let clock_url = format!("moqt://127.0.0.1:{}/demo", relay.bound.quic.port());
+	let mut clock = Command::new(env!("CARGO_BIN_EXE_moq-clock"))
+		.args(["publish", &clock_url, "--fingerprint", &relay.bound.fingerprint])
+		.stdout(Stdio::null())
+		.stderr(Stdio::null())
+		.spawn()
+		.expect("starting moq-clock");
+	let shots = Path::new(env!("CARGO_TARGET_TMPDIR"));
+	let mut node = Command::new("node")
+		.arg(dir.join("page-run.mjs"))
+		.args([&page, &shots.display().to_string(), "demo/clock"])
+		.stdout(Stdio::piped())
+		.spawn()
+		.expect("node is needed for the browser tests");
+	let lines = line_queue(node.stdout.take().unwrap());
+	runtime().block_on(async {
+		let next = async |what: &str| -> Value {
+			let line = within(LIMIT, what, lines.pop())
+				.await
+				.unwrap_or_else(|| panic!("{what}: the driver ended"));
+			let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{what}: {line}"));
+			assert!(value.get("error").is_none(), "{what}: {}", value["error"]);
+			value
+		};
+		let line = next("the page's publisher").await;
+		assert_eq!(line["step"], "published", "{line}");
+
+		let line = next("the page's player").await;
+		assert_eq!(line["step"], "watched", "{line}");
+		let tracks: Vec<&str> = line["tracks"]
+			.as_array()
+			.unwrap()
+			.iter()
+			.map(|t| t.as_str().unwrap())
+			.collect();
+		assert!(
+			tracks.iter().any(|t| t.ends_with("(video)")),
+			"a video track in the list: {tracks:?}"
+		);
+		assert!(
+			tracks.iter().any(|t| t.ends_with("(audio)")),
+			"an audio track in the list: {tracks:?}"
+		);
+		assert!(line["decoded"].as_u64().unwrap() >= 30, "{line}");
+
+		let line = next("the page's plots").await;
+		assert_eq!(line["step"], "figures", "{line}");
+		for key in ["groups", "bytes_out", "bytes_in", "sessions", "broadcasts"] {
+			assert!(line["figures"][key].as_f64().unwrap() > 0.0, "{key} plotted: {line}");
+		}
+
+		let line = next("moq-clock in the page").await;
+		assert_eq!(line["step"], "native", "{line}");
+		let frames: Vec<&str> = line["frames"]
+			.as_array()
+			.unwrap()
+			.iter()
+			.map(|f| f.as_str().unwrap())
+			.collect();
+		assert!(frames.len() >= 3, "{frames:?}");
+		assert!(
+			frames
+				.iter()
+				.all(|f| (f.len() == 2 && f.bytes().all(|b| b.is_ascii_digit())) || f.ends_with(':')),
+			"the clock's frames as text: {frames:?}"
+		);
+
+		let line = next("the screenshots").await;
+		assert_eq!(line["step"], "screenshots", "{line}");
+	});
+	for name in ["page-publish.png", "page-watch.png"] {
+		let size = std::fs::metadata(shots.join(name)).map_or(0, |m| m.len());
+		assert!(size > 10_000, "{name}: {size} bytes");
+	}
+	assert!(node.wait().unwrap().success());
+	let _ = clock.kill();
+	let _ = clock.wait();
 }
