@@ -10,6 +10,8 @@
 //! - the native pair with the older `@moq/lite` 0.2.2, which offers moq-lite-04 and -03 only: the
 //!   relay negotiates 04 with it, and the native side speaks 05.
 //!
+//! The relay's own page is tested here too (`tests/browser/page-run.mjs`).
+//!
 //! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
 //! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
 //! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first when `node_modules` is
@@ -237,7 +239,8 @@ fn browsers_and_native_clients_through_the_relay() {
 /// camera and microphone under a path typed into it, a second page finds the broadcast in its list
 /// (with the tracks of its catalog), watches it with the public `@moq/watch` player until it has
 /// decoded 30 frames (the player's own counter), shows traffic in its plots, and lists
-/// `moq-clock publish` (a native publisher, as a process) and reads its frames as text. A
+/// `moq-clock publish` (a native publisher, as a process) and reads its frames as text; a page
+/// opened with a bad `?jwt=` is refused (the token goes with its connections). A
 /// screenshot of each page is saved in `target/tmp/page-{publish,watch}.png` for a person to look
 /// at.
 #[test]
@@ -312,6 +315,14 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 				.all(|f| (f.len() == 2 && f.bytes().all(|b| b.is_ascii_digit())) || f.ends_with(':')),
 			"the clock's frames as text: {frames:?}"
 		);
+
+		let line = next("a page with a bad token").await;
+		assert_eq!(line["step"], "token", "{line}");
+		assert!(
+			line["refused"].as_u64().unwrap() >= 1,
+			"the token went with the page's connections: {line}"
+		);
+		assert_eq!(line["connected"], false, "{line}");
 
 		let line = next("the screenshots").await;
 		assert_eq!(line["step"], "screenshots", "{line}");

@@ -1,8 +1,8 @@
-// Drives headless Chromium through the relay's own page for moq-relay's page test (../page.rs):
+// Drives headless Chromium through the relay's own page for moq-relay's page test (../browser.rs):
 // `node page-run.mjs http://127.0.0.1:PORT/ SCREENSHOTS_DIR NATIVE_BROADCAST`. One page publishes
 // the fake camera and microphone under a path, a second page finds it in the list and watches
-// it, and reads the native broadcast's "seconds" track as text. Prints one JSON line per step;
-// saves a screenshot of each page.
+// it, and reads the native broadcast's "seconds" track as text; a page with a bad token is
+// refused. Prints one JSON line per step; saves a screenshot of each page.
 import path from "node:path";
 import puppeteer from "puppeteer-core";
 
@@ -67,6 +67,21 @@ try {
 	await viewer.click(`#broadcasts li[data-path="${native}"] button:last-child`);
 	await viewer.waitForFunction(() => window.relayPage.frames.length >= 3, { timeout: 30000 });
 	emit({ step: "native", path: native, frames: await viewer.evaluate(() => window.relayPage.frames) });
+
+	// A token on the page's URL goes with its connections: this relay refuses a bad one (even
+	// though it lets anonymous clients in), and the page stays disconnected.
+	const refused = async () => {
+		const metrics = await (await fetch(new URL("/metrics", url))).text();
+		return Number(metrics.match(/^moq_relay_refused_total (\d+)$/m)?.[1] ?? 0);
+	};
+	const before = await refused();
+	const tokened = await browser.newPage();
+	await tokened.goto(`${url}?jwt=not-a-token`);
+	const deadline = Date.now() + 30000;
+	while ((await refused()) === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+	const connected = await tokened.evaluate(() => window.relayPage?.connected);
+	emit({ step: "token", refused: (await refused()) - before, connected });
+	await tokened.close();
 
 	await publisher.screenshot({ path: path.join(shots, "page-publish.png") });
 	await viewer.screenshot({ path: path.join(shots, "page-watch.png") });
