@@ -55,6 +55,10 @@ bench-relay *REVS:
 bench-relay-callgrind *REVS:
 	cargo run --release -p bench --bin relay -- --callgrind --save $(for rev in {{REVS}}; do printf -- '--rev %s ' "$rev"; done)
 
+# kio against compio, monoio and glommio, the same work side by side: bench/results/peers.md.
+bench-peers:
+	cargo run --release --manifest-path bench/peers/Cargo.toml -- --syscalls --save
+
 # A relay cluster's control plane (2-16 relays, 1,000 broadcasts, simulated network): bench/results/cluster.md.
 bench-cluster:
 	cargo run --release -p bench --bin cluster -- --save

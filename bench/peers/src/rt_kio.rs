@@ -1,0 +1,158 @@
+//! The workloads on kio: one worker.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kio::net::{TcpListener, TcpStream, UdpSocket};
+
+use crate::work::{ACK_EVERY, DATAGRAM, Measured, Meter, Row, TIMERS, WINDOW, loopback};
+
+pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
+	let runtime = kio::Builder::single().build().context("a kio runtime")?;
+	// The work runs in a task, as an application's would (the root future of `block_on` is not a
+	// task: a JoinHandle awaited there parks a foreign waiter, one allocation per handle).
+	runtime.block_on(async move {
+		let work = kio::spawn(async move {
+			match row {
+				Row::UdpPingPong => udp_ping_pong(ops).await,
+				Row::UdpBulk => udp_bulk(ops).await,
+				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 => {
+					tcp_echo(row.connections(), ops / row.connections(), row.message()).await
+				}
+				Row::SpawnJoin => spawn_join(ops).await,
+				Row::Timers => timers(ops / TIMERS).await,
+			}
+		});
+		joined(work.await)?
+	})
+}
+
+/// A kio task's result, its panic as an error (kio's `JoinError` holds the panic payload, which is
+/// not `Sync`, so `?` cannot carry it into `anyhow`).
+fn joined<T>(result: Result<T, kio::JoinError>) -> anyhow::Result<T> {
+	result.map_err(|err| anyhow::anyhow!("a kio task: {err}"))
+}
+
+async fn udp_ping_pong(ops: u64) -> anyhow::Result<Measured> {
+	let server = UdpSocket::bind(loopback())?;
+	let client = UdpSocket::bind(loopback())?;
+	let to = server.local_addr();
+	let echo = kio::spawn(async move {
+		loop {
+			let train = server.recv().await?;
+			if train.payload().len() == 1 {
+				return anyhow::Ok(());
+			}
+			server.send_to(train.payload(), train.peer()).await?;
+		}
+	});
+	let payload = vec![7u8; DATAGRAM];
+	let meter = Meter::start();
+	for _ in 0..ops {
+		client.send_to(&payload, to).await?;
+		client.recv().await?;
+	}
+	let measured = meter.stop();
+	client.send_to(&[0], to).await?;
+	joined(echo.await)??;
+	Ok(measured)
+}
+
+async fn udp_bulk(ops: u64) -> anyhow::Result<Measured> {
+	let receiver = UdpSocket::bind(loopback())?;
+	let sender = UdpSocket::bind(loopback())?;
+	let to = receiver.local_addr();
+	let meter = Meter::start();
+	let receive = kio::spawn(async move {
+		let mut count = 0u64;
+		while count < ops {
+			let train = receiver.recv().await?;
+			count += train.datagrams() as u64;
+			if count.is_multiple_of(ACK_EVERY) || count >= ops {
+				receiver.send_to(&count.to_le_bytes(), train.peer()).await?;
+			}
+		}
+		anyhow::Ok(())
+	});
+	let payload = vec![7u8; DATAGRAM];
+	let (mut sent, mut acked) = (0u64, 0u64);
+	while acked < ops {
+		while sent < ops && sent - acked < WINDOW {
+			sender.send_to(&payload, to).await?;
+			sent += 1;
+		}
+		let ack = sender.recv().await?;
+		acked = u64::from_le_bytes(ack.payload()[..8].try_into()?);
+	}
+	joined(receive.await)??;
+	Ok(meter.stop())
+}
+
+async fn tcp_echo(connections: u64, rounds: u64, size: usize) -> anyhow::Result<Measured> {
+	let listener = TcpListener::bind(loopback())?;
+	let addr = listener.local_addr();
+	let accept = kio::spawn(async move {
+		let mut echoes = Vec::new();
+		for _ in 0..connections {
+			let (mut stream, _) = listener.accept().await?;
+			echoes.push(kio::spawn(async move {
+				let mut buf = vec![0u8; size];
+				while stream.read_exact(&mut buf).await.is_ok() {
+					stream.write_all(&buf).await?;
+				}
+				anyhow::Ok(())
+			}));
+		}
+		for echo in echoes {
+			joined(echo.await)??;
+		}
+		anyhow::Ok(())
+	});
+	let meter = Meter::start();
+	let mut clients = Vec::new();
+	for _ in 0..connections {
+		clients.push(kio::spawn(async move {
+			let mut stream = TcpStream::connect(addr).await?;
+			let message = vec![7u8; size];
+			let mut buf = vec![0u8; size];
+			for _ in 0..rounds {
+				stream.write_all(&message).await?;
+				stream.read_exact(&mut buf).await?;
+			}
+			anyhow::Ok(())
+		}));
+	}
+	for client in clients {
+		joined(client.await)??;
+	}
+	let measured = meter.stop();
+	joined(accept.await)??;
+	Ok(measured)
+}
+
+async fn spawn_join(ops: u64) -> anyhow::Result<Measured> {
+	let meter = Meter::start();
+	let mut sum = 0u64;
+	for i in 0..ops {
+		sum += joined(kio::spawn(async move { i }).await)?;
+	}
+	anyhow::ensure!(sum == ops * ops.saturating_sub(1) / 2);
+	Ok(meter.stop())
+}
+
+async fn timers(rearms: u64) -> anyhow::Result<Measured> {
+	let meter = Meter::start();
+	let tasks: Vec<_> = (0..TIMERS)
+		.map(|_| {
+			kio::spawn(async move {
+				for _ in 0..rearms {
+					kio::time::sleep(Duration::from_millis(1)).await;
+				}
+			})
+		})
+		.collect();
+	for task in tasks {
+		joined(task.await)?;
+	}
+	Ok(meter.stop())
+}

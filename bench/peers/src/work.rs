@@ -1,0 +1,148 @@
+//! The workloads, what one operation is in each, and the meter every runtime's code uses.
+
+use std::time::{Duration, Instant};
+
+use stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// UDP payload size: a QUIC-sized datagram.
+pub const DATAGRAM: usize = 1200;
+/// Datagrams a bulk sender may have unacknowledged: 64 take about 150 KB of a receive buffer (the
+/// kernel charges each 1200-byte datagram its whole buffer, about 2.3 KB), under Linux's default
+/// 208 KB, so loopback drops nothing whatever the runtime (at 128 glommio's receiver fell behind
+/// and a lost datagram stalled the run).
+pub const WINDOW: u64 = 64;
+/// A bulk receiver acknowledges every this many datagrams (the cumulative count, 8 bytes).
+pub const ACK_EVERY: u64 = 16;
+/// Live timers in the timer row.
+pub const TIMERS: u64 = 10_000;
+/// Connections of the many-connections echo row.
+pub const CONNECTIONS: u64 = 100;
+
+/// A workload. Every runtime runs it on one thread (the thread-per-core layout), both ends in
+/// the same process, over loopback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Row {
+	/// One 1200-byte datagram out and its echo back: an operation is a round trip.
+	UdpPingPong,
+	/// 1200-byte datagrams one way with a 64-datagram window, acknowledged every 16, no GSO: an
+	/// operation is a datagram delivered.
+	UdpBulk,
+	/// TCP echo of 64-byte messages over one connection: an operation is a round trip.
+	TcpEcho64,
+	/// TCP echo of 16 KiB messages over one connection: an operation is a round trip.
+	TcpEcho16k,
+	/// TCP echo of 64-byte messages over 100 connections at once: an operation is a round trip.
+	TcpEcho64x100,
+	/// Spawn a task and join it, one after the other: an operation is a spawn and its join.
+	SpawnJoin,
+	/// 10,000 live timers of 1 ms, each re-armed as it fires: an operation is a timer firing.
+	Timers,
+}
+
+impl Row {
+	/// Every row, in the order of the results.
+	pub const ALL: [Self; 7] = [
+		Self::UdpPingPong,
+		Self::UdpBulk,
+		Self::TcpEcho64,
+		Self::TcpEcho16k,
+		Self::TcpEcho64x100,
+		Self::SpawnJoin,
+		Self::Timers,
+	];
+
+	/// Its name in the results and on the command line.
+	pub fn name(self) -> &'static str {
+		match self {
+			Self::UdpPingPong => "udp-ping-pong",
+			Self::UdpBulk => "udp-bulk",
+			Self::TcpEcho64 => "tcp-echo-64",
+			Self::TcpEcho16k => "tcp-echo-16k",
+			Self::TcpEcho64x100 => "tcp-echo-64x100",
+			Self::SpawnJoin => "spawn-join",
+			Self::Timers => "timers",
+		}
+	}
+
+	/// Operations per measurement: enough for tens of milliseconds of CPU on every runtime.
+	pub fn ops(self) -> u64 {
+		match self {
+			Self::UdpPingPong => 20_000,
+			Self::UdpBulk => 200_000,
+			Self::TcpEcho64 => 20_000,
+			Self::TcpEcho16k => 5_000,
+			Self::TcpEcho64x100 => 20_000,
+			Self::SpawnJoin => 200_000,
+			Self::Timers => 5 * TIMERS,
+		}
+	}
+
+	/// What one operation is, for the table.
+	pub fn unit(self) -> &'static str {
+		match self {
+			Self::UdpPingPong | Self::TcpEcho64 | Self::TcpEcho16k | Self::TcpEcho64x100 => "round trip",
+			Self::UdpBulk => "datagram",
+			Self::SpawnJoin => "spawn + join",
+			Self::Timers => "timer firing",
+		}
+	}
+
+	/// The message size of an echo row.
+	pub fn message(self) -> usize {
+		match self {
+			Self::TcpEcho16k => 16 << 10,
+			_ => 64,
+		}
+	}
+
+	/// Connections of an echo row.
+	pub fn connections(self) -> u64 {
+		match self {
+			Self::TcpEcho64x100 => CONNECTIONS,
+			_ => 1,
+		}
+	}
+}
+
+/// What one measurement took.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Measured {
+	/// User + system CPU time of the process over the work.
+	pub cpu: Duration,
+	/// Wall-clock time over the work.
+	pub wall: Duration,
+	/// Heap allocations over the work.
+	pub allocations: u64,
+}
+
+/// Started before the work, stopped after it.
+pub struct Meter {
+	cpu: Duration,
+	wall: Instant,
+	allocations: usize,
+}
+
+impl Meter {
+	/// Reads the clocks and the allocation count now.
+	pub fn start() -> Self {
+		Self {
+			cpu: kio::process_cpu_time().expect("CLOCK_PROCESS_CPUTIME_ID"),
+			wall: Instant::now(),
+			allocations: INSTRUMENTED_SYSTEM.stats().allocations,
+		}
+	}
+
+	/// What passed since [`start`](Self::start).
+	pub fn stop(self) -> Measured {
+		Measured {
+			cpu: kio::process_cpu_time().expect("CLOCK_PROCESS_CPUTIME_ID") - self.cpu,
+			wall: self.wall.elapsed(),
+			allocations: (INSTRUMENTED_SYSTEM.stats().allocations - self.allocations) as u64,
+		}
+	}
+}
+
+/// The loopback address with any port.
+pub fn loopback() -> std::net::SocketAddr {
+	"127.0.0.1:0".parse().expect("a valid address")
+}
