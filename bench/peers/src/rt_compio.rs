@@ -7,7 +7,9 @@ use compio::BufResult;
 use compio::io::{AsyncReadExt, AsyncWriteExt};
 use compio::net::{TcpListener, TcpStream, UdpSocket};
 
-use crate::work::{ACK_EVERY, DATAGRAM, Measured, Meter, Row, TIMERS, WINDOW, loopback};
+use crate::work::{
+	ACK_EVERY, DATAGRAM, Measured, Meter, QUIC_ALPN, QUIC_WRITE, Row, SHORT_STREAM, TIMERS, WINDOW, loopback,
+};
 
 pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 	let runtime = compio::runtime::Runtime::new().context("a compio runtime")?;
@@ -22,6 +24,8 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				}
 				Row::SpawnJoin => spawn_join(ops).await,
 				Row::Timers => timers(ops / TIMERS).await,
+				Row::Quic256MiB => quic_bulk(ops).await,
+				Row::Quic1000Streams => quic_streams(ops).await,
 			}
 		});
 		joined(work.await)?
@@ -185,5 +189,85 @@ async fn timers(rearms: u64) -> anyhow::Result<Measured> {
 	for task in tasks {
 		joined(task.await)?;
 	}
+	Ok(meter.stop())
+}
+
+/// Both compio-quic endpoints on this runtime, connected: (client connection, server connection,
+/// the endpoints to keep).
+async fn quic_pair() -> anyhow::Result<(
+	compio::quic::Connection,
+	compio::quic::Connection,
+	[compio::quic::Endpoint; 2],
+)> {
+	use compio::quic::{ClientBuilder, Endpoint, ServerBuilder};
+	let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+	let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+	let server_config = ServerBuilder::new_with_single_cert(vec![certified.cert.der().clone()], key)?
+		.with_alpn_protocols(&[QUIC_ALPN])
+		.build();
+	// The certificate is not checked: the TLS handshake is outside the measurement.
+	let client_config = ClientBuilder::new_with_no_server_verification()
+		.with_alpn_protocols(&[QUIC_ALPN])
+		.build();
+	let server = Endpoint::server(loopback(), server_config).await?;
+	let client = Endpoint::client(loopback()).await?;
+	let connecting = client.connect(server.local_addr()?, "localhost", Some(client_config))?;
+	let incoming = server.wait_incoming().await.context("a connection")?;
+	let (conn, accepted) = futures_lite::future::zip(connecting, incoming.accept()?).await;
+	Ok((conn?, accepted?, [server, client]))
+}
+
+async fn quic_bulk(mib: u64) -> anyhow::Result<Measured> {
+	let (conn, accepted, _endpoints) = quic_pair().await?;
+	let bytes = mib << 20;
+	let meter = Meter::start();
+	let reader = compio::runtime::spawn(async move {
+		let mut recv = accepted.accept_uni().await?;
+		let mut read = 0u64;
+		while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+			read += chunk.bytes.len() as u64;
+		}
+		anyhow::Ok(read)
+	});
+	let piece = bytes::Bytes::from(vec![7u8; QUIC_WRITE]);
+	let mut send = conn.open_uni_wait().await?;
+	let mut written = 0u64;
+	while written < bytes {
+		send.write_all_chunks(&mut [piece.clone()]).await?;
+		written += piece.len() as u64;
+	}
+	send.finish()?;
+	anyhow::ensure!(joined(reader.await)?? == bytes);
+	Ok(meter.stop())
+}
+
+async fn quic_streams(streams: u64) -> anyhow::Result<Measured> {
+	let (conn, accepted, _endpoints) = quic_pair().await?;
+	let meter = Meter::start();
+	let reader = compio::runtime::spawn(async move {
+		let mut readers = Vec::new();
+		for _ in 0..streams {
+			let mut recv = accepted.accept_uni().await?;
+			readers.push(compio::runtime::spawn(async move {
+				let mut read = 0u64;
+				while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+					read += chunk.bytes.len() as u64;
+				}
+				anyhow::Ok(read)
+			}));
+		}
+		let mut read = 0;
+		for reader in readers {
+			read += joined(reader.await)??;
+		}
+		anyhow::Ok(read)
+	});
+	let piece = bytes::Bytes::from(vec![7u8; SHORT_STREAM]);
+	for _ in 0..streams {
+		let mut send = conn.open_uni_wait().await?;
+		send.write_all_chunks(&mut [piece.clone()]).await?;
+		send.finish()?;
+	}
+	anyhow::ensure!(joined(reader.await)?? == streams * SHORT_STREAM as u64);
 	Ok(meter.stop())
 }

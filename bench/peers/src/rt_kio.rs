@@ -5,7 +5,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kio::net::{TcpListener, TcpStream, UdpSocket};
 
-use crate::work::{ACK_EVERY, DATAGRAM, Measured, Meter, Row, TIMERS, WINDOW, loopback};
+use crate::work::{
+	ACK_EVERY, DATAGRAM, Measured, Meter, QUIC_ALPN, QUIC_WRITE, Row, SHORT_STREAM, TIMERS, WINDOW, loopback,
+};
 
 pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 	let runtime = kio::Builder::single().build().context("a kio runtime")?;
@@ -21,6 +23,8 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				}
 				Row::SpawnJoin => spawn_join(ops).await,
 				Row::Timers => timers(ops / TIMERS).await,
+				Row::Quic256MiB => quic_bulk(ops).await,
+				Row::Quic1000Streams => quic_streams(ops).await,
 			}
 		});
 		joined(work.await)?
@@ -154,5 +158,76 @@ async fn timers(rearms: u64) -> anyhow::Result<Measured> {
 	for task in tasks {
 		joined(task.await)?;
 	}
+	Ok(meter.stop())
+}
+
+/// Both QUIC endpoints on this worker, connected: (client connection, server connection, the
+/// endpoints to keep).
+async fn quic_pair() -> anyhow::Result<(moq_quic::Connection, moq_quic::Connection, [moq_quic::Endpoint; 2])> {
+	use moq_quic::{Certificate, Config, Endpoint, Verification};
+	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY)?;
+	let alpn = QUIC_ALPN.as_bytes();
+	let server = Endpoint::bind(loopback(), Config::new().with_server(&cert, &[alpn])?)?;
+	let verification = Verification::Fingerprints(vec![cert.fingerprint()]);
+	let client = Endpoint::bind(loopback(), Config::new().with_client(&verification, &[alpn])?)?;
+	let conn = client.connect(server.local_addr(), "localhost")?;
+	let accepted = server.accept().await.context("a connection")?;
+	conn.established().await?;
+	accepted.established().await?;
+	Ok((conn, accepted, [server, client]))
+}
+
+async fn quic_bulk(mib: u64) -> anyhow::Result<Measured> {
+	let (conn, accepted, _endpoints) = quic_pair().await?;
+	let bytes = mib << 20;
+	let meter = Meter::start();
+	let reader = kio::spawn(async move {
+		let mut recv = accepted.accept_uni().await?;
+		let mut read = 0u64;
+		while let Some(chunk) = recv.read().await? {
+			read += chunk.len() as u64;
+		}
+		anyhow::Ok(read)
+	});
+	let piece = bytes::Bytes::from(vec![7u8; QUIC_WRITE]);
+	let mut send = conn.open_uni().await?;
+	let mut written = 0u64;
+	while written < bytes {
+		send.write(piece.clone()).await?;
+		written += piece.len() as u64;
+	}
+	send.finish()?;
+	anyhow::ensure!(joined(reader.await)?? == bytes);
+	Ok(meter.stop())
+}
+
+async fn quic_streams(streams: u64) -> anyhow::Result<Measured> {
+	let (conn, accepted, _endpoints) = quic_pair().await?;
+	let meter = Meter::start();
+	let reader = kio::spawn(async move {
+		let mut readers = Vec::new();
+		for _ in 0..streams {
+			let mut recv = accepted.accept_uni().await?;
+			readers.push(kio::spawn(async move {
+				let mut read = 0u64;
+				while let Some(chunk) = recv.read().await? {
+					read += chunk.len() as u64;
+				}
+				anyhow::Ok(read)
+			}));
+		}
+		let mut read = 0;
+		for reader in readers {
+			read += joined(reader.await)??;
+		}
+		anyhow::Ok(read)
+	});
+	let piece = bytes::Bytes::from(vec![7u8; SHORT_STREAM]);
+	for _ in 0..streams {
+		let mut send = conn.open_uni().await?;
+		send.write(piece.clone()).await?;
+		send.finish()?;
+	}
+	anyhow::ensure!(joined(reader.await)?? == streams * SHORT_STREAM as u64);
 	Ok(meter.stop())
 }

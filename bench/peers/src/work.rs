@@ -37,11 +37,19 @@ pub enum Row {
 	SpawnJoin,
 	/// 10,000 live timers of 1 ms, each re-armed as it fires: an operation is a timer firing.
 	Timers,
+	/// QUIC on loopback, both endpoints on the runtime: 256 MiB over one stream, written in
+	/// 64 KiB pieces: an operation is a MiB delivered.
+	#[value(name = "quic-256mib")]
+	Quic256MiB,
+	/// QUIC on loopback: 1,000 unidirectional streams of 1 KiB each, opened one after another:
+	/// an operation is a stream delivered.
+	#[value(name = "quic-1000-streams")]
+	Quic1000Streams,
 }
 
 impl Row {
 	/// Every row, in the order of the results.
-	pub const ALL: [Self; 7] = [
+	pub const ALL: [Self; 9] = [
 		Self::UdpPingPong,
 		Self::UdpBulk,
 		Self::TcpEcho64,
@@ -49,6 +57,8 @@ impl Row {
 		Self::TcpEcho64x100,
 		Self::SpawnJoin,
 		Self::Timers,
+		Self::Quic256MiB,
+		Self::Quic1000Streams,
 	];
 
 	/// Its name in the results and on the command line.
@@ -61,6 +71,8 @@ impl Row {
 			Self::TcpEcho64x100 => "tcp-echo-64x100",
 			Self::SpawnJoin => "spawn-join",
 			Self::Timers => "timers",
+			Self::Quic256MiB => "quic-256mib",
+			Self::Quic1000Streams => "quic-1000-streams",
 		}
 	}
 
@@ -74,6 +86,8 @@ impl Row {
 			Self::TcpEcho64x100 => 20_000,
 			Self::SpawnJoin => 200_000,
 			Self::Timers => 5 * TIMERS,
+			Self::Quic256MiB => 256,
+			Self::Quic1000Streams => 1000,
 		}
 	}
 
@@ -84,6 +98,8 @@ impl Row {
 			Self::UdpBulk => "datagram",
 			Self::SpawnJoin => "spawn + join",
 			Self::Timers => "timer firing",
+			Self::Quic256MiB => "MiB",
+			Self::Quic1000Streams => "stream",
 		}
 	}
 
@@ -103,6 +119,13 @@ impl Row {
 		}
 	}
 }
+
+/// Bytes a QUIC writer hands over at a time.
+pub const QUIC_WRITE: usize = 64 << 10;
+/// Bytes of each short stream.
+pub const SHORT_STREAM: usize = 1024;
+/// The ALPN both QUIC ends speak.
+pub const QUIC_ALPN: &str = "bench";
 
 /// What one measurement took.
 #[derive(Clone, Copy, Debug, Default)]
