@@ -23,19 +23,26 @@ pub const CONNECTIONS: u64 = 100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Row {
 	/// One 1200-byte datagram out and its echo back: an operation is a round trip.
+	#[value(name = "udp-ping-pong")]
 	UdpPingPong,
 	/// 1200-byte datagrams one way with a 64-datagram window, acknowledged every 16, no GSO: an
 	/// operation is a datagram delivered.
+	#[value(name = "udp-bulk")]
 	UdpBulk,
 	/// TCP echo of 64-byte messages over one connection: an operation is a round trip.
+	#[value(name = "tcp-echo-64")]
 	TcpEcho64,
 	/// TCP echo of 16 KiB messages over one connection: an operation is a round trip.
+	#[value(name = "tcp-echo-16k")]
 	TcpEcho16k,
 	/// TCP echo of 64-byte messages over 100 connections at once: an operation is a round trip.
+	#[value(name = "tcp-echo-64x100")]
 	TcpEcho64x100,
 	/// Spawn a task and join it, one after the other: an operation is a spawn and its join.
+	#[value(name = "spawn-join")]
 	SpawnJoin,
 	/// 10,000 live timers of 1 ms, each re-armed as it fires: an operation is a timer firing.
+	#[value(name = "timers")]
 	Timers,
 	/// QUIC on loopback, both endpoints on the runtime: 256 MiB over one stream, written in
 	/// 64 KiB pieces: an operation is a MiB delivered.
