@@ -64,7 +64,7 @@ use std::task::{Context, Poll};
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spawn, worker_count, worker_index};
 #[doc(hidden)]
 pub use sys::{pin_current_thread, process_cpu_time};
-pub use task::{JoinError, JoinHandle, RemoteJoinHandle, yield_now};
+pub use task::{JoinError, JoinHandle, Panic, RemoteJoinHandle, yield_now};
 
 /// Process signals for a server's shutdown: block them everywhere first, then wait for one on a
 /// thread of its own (no handler runs; nothing async-signal-unsafe can happen).

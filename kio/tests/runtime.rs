@@ -283,9 +283,14 @@ fn join_handles_detach_abort_and_report_panics() {
 		// Panic: caught and reported; the worker keeps running.
 		let task = kio::spawn(async { panic!("boom") });
 		match task.await {
-			Err(JoinError::Panicked(payload)) => assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom")),
+			Err(JoinError::Panicked(panic)) => assert_eq!(panic.into_inner().downcast_ref::<&str>(), Some(&"boom")),
 			other => panic!("expected a panic, got {other:?}"),
 		}
+		// A JoinError is Send + Sync: `?` carries it into a Box<dyn Error + Send + Sync> (and so
+		// into anyhow), its message with it.
+		let boxed: Box<dyn std::error::Error + Send + Sync> =
+			kio::spawn(async { panic!("boom") }).await.unwrap_err().into();
+		assert_eq!(boxed.to_string(), "task panicked: boom");
 		assert_eq!(kio::spawn(async { 5 }).await.unwrap(), 5);
 	});
 }

@@ -27,14 +27,8 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				Row::Quic1000Streams => quic_streams(ops).await,
 			}
 		});
-		joined(work.await)?
+		work.await?
 	})
-}
-
-/// A kio task's result, its panic as an error (kio's `JoinError` holds the panic payload, which is
-/// not `Sync`, so `?` cannot carry it into `anyhow`).
-fn joined<T>(result: Result<T, kio::JoinError>) -> anyhow::Result<T> {
-	result.map_err(|err| anyhow::anyhow!("a kio task: {err}"))
 }
 
 async fn udp_ping_pong(ops: u64) -> anyhow::Result<Measured> {
@@ -58,7 +52,7 @@ async fn udp_ping_pong(ops: u64) -> anyhow::Result<Measured> {
 	}
 	let measured = meter.stop();
 	client.send_to(&[0], to).await?;
-	joined(echo.await)??;
+	echo.await??;
 	Ok(measured)
 }
 
@@ -88,7 +82,7 @@ async fn udp_bulk(ops: u64) -> anyhow::Result<Measured> {
 		let ack = sender.recv().await?;
 		acked = u64::from_le_bytes(ack.payload()[..8].try_into()?);
 	}
-	joined(receive.await)??;
+	receive.await??;
 	Ok(meter.stop())
 }
 
@@ -108,7 +102,7 @@ async fn tcp_echo(connections: u64, rounds: u64, size: usize) -> anyhow::Result<
 			}));
 		}
 		for echo in echoes {
-			joined(echo.await)??;
+			echo.await??;
 		}
 		anyhow::Ok(())
 	});
@@ -127,10 +121,10 @@ async fn tcp_echo(connections: u64, rounds: u64, size: usize) -> anyhow::Result<
 		}));
 	}
 	for client in clients {
-		joined(client.await)??;
+		client.await??;
 	}
 	let measured = meter.stop();
-	joined(accept.await)??;
+	accept.await??;
 	Ok(measured)
 }
 
@@ -138,7 +132,7 @@ async fn spawn_join(ops: u64) -> anyhow::Result<Measured> {
 	let meter = Meter::start();
 	let mut sum = 0u64;
 	for i in 0..ops {
-		sum += joined(kio::spawn(async move { i }).await)?;
+		sum += kio::spawn(async move { i }).await?;
 	}
 	anyhow::ensure!(sum == ops * ops.saturating_sub(1) / 2);
 	Ok(meter.stop())
@@ -156,7 +150,7 @@ async fn timers(rearms: u64) -> anyhow::Result<Measured> {
 		})
 		.collect();
 	for task in tasks {
-		joined(task.await)?;
+		task.await?;
 	}
 	Ok(meter.stop())
 }
@@ -197,7 +191,7 @@ async fn quic_bulk(mib: u64) -> anyhow::Result<Measured> {
 		written += piece.len() as u64;
 	}
 	send.finish()?;
-	anyhow::ensure!(joined(reader.await)?? == bytes);
+	anyhow::ensure!(reader.await?? == bytes);
 	Ok(meter.stop())
 }
 
@@ -218,7 +212,7 @@ async fn quic_streams(streams: u64) -> anyhow::Result<Measured> {
 		}
 		let mut read = 0;
 		for reader in readers {
-			read += joined(reader.await)??;
+			read += reader.await??;
 		}
 		anyhow::Ok(read)
 	});
@@ -228,6 +222,6 @@ async fn quic_streams(streams: u64) -> anyhow::Result<Measured> {
 		send.write(piece.clone()).await?;
 		send.finish()?;
 	}
-	anyhow::ensure!(joined(reader.await)?? == streams * SHORT_STREAM as u64);
+	anyhow::ensure!(reader.await?? == streams * SHORT_STREAM as u64);
 	Ok(meter.stop())
 }

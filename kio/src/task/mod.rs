@@ -22,16 +22,46 @@ use std::task::{Context, Poll};
 use crate::sync::Queue;
 use crate::{Park, Waiter};
 
-/// Why a task produced no output.
+/// Why a task produced no output. `Send + Sync`, so `?` carries it into `anyhow::Error` or a
+/// `Box<dyn Error + Send + Sync>`.
 #[non_exhaustive]
 pub enum JoinError {
 	/// The task was aborted, or its runtime was dropped before it finished.
 	Cancelled,
 	/// The task panicked; the payload is kept for [`std::panic::resume_unwind`].
-	Panicked(Box<dyn Any + Send>),
+	Panicked(Panic),
+}
+
+/// A task's panic payload. It sits behind a mutex only so that [`JoinError`] is `Sync` (a panic
+/// payload is `Send` but not `Sync`); [`into_inner`](Self::into_inner) takes it out.
+pub struct Panic(std::sync::Mutex<Box<dyn Any + Send>>);
+
+impl Panic {
+	pub(crate) fn new(payload: Box<dyn Any + Send>) -> Self {
+		Self(std::sync::Mutex::new(payload))
+	}
+
+	/// The payload, for [`std::panic::resume_unwind`] or a `downcast`.
+	pub fn into_inner(self) -> Box<dyn Any + Send> {
+		self.0.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+	}
+
+	/// The panic's message, if it was a string.
+	fn message(&self) -> String {
+		let payload = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+		raw::panic_message(payload.as_ref()).to_owned()
+	}
 }
 
 impl JoinError {
+	/// The panic payload, if the task panicked.
+	pub fn into_panic(self) -> Option<Box<dyn Any + Send>> {
+		match self {
+			Self::Panicked(panic) => Some(panic.into_inner()),
+			Self::Cancelled => None,
+		}
+	}
+
 	/// Whether the task was cancelled.
 	pub fn is_cancelled(&self) -> bool {
 		matches!(self, Self::Cancelled)
@@ -47,7 +77,7 @@ impl fmt::Debug for JoinError {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		match self {
 			Self::Cancelled => f.write_str("Cancelled"),
-			Self::Panicked(payload) => write!(f, "Panicked({:?})", raw::panic_message(payload.as_ref())),
+			Self::Panicked(panic) => write!(f, "Panicked({:?})", panic.message()),
 		}
 	}
 }
@@ -56,7 +86,7 @@ impl fmt::Display for JoinError {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		match self {
 			Self::Cancelled => f.write_str("task cancelled"),
-			Self::Panicked(payload) => write!(f, "task panicked: {}", raw::panic_message(payload.as_ref())),
+			Self::Panicked(panic) => write!(f, "task panicked: {}", panic.message()),
 		}
 	}
 }

@@ -98,7 +98,7 @@ impl<F: Future> Run for TaskCell<F> {
 				Poll::Ready(())
 			}
 			Err(panic) => {
-				self.finish(Err(JoinError::Panicked(panic)));
+				self.finish(Err(JoinError::Panicked(super::Panic::new(panic))));
 				Poll::Ready(())
 			}
 		}
