@@ -89,10 +89,6 @@ const NOT_YET: &[(&str, &str)] = &[
 		"GSO/GRO: kio has it (`bench/results/udp.md`); the peers' UDP sockets expose no UDP_SEGMENT/UDP_GRO, so only kio could run it",
 	),
 	(
-		"cross-thread-wake",
-		"not written yet: each runtime's own cross-thread primitive differs (kio::sync, compio's dispatcher, glommio's channel mesh, monoio none)",
-	),
-	(
 		"quic-256mib, quic-1000-streams on monoio and glommio",
 		"neither has a QUIC implementation: the QUIC rows compare moq-quic (kio) with compio-quic (compio), both on quinn-proto 0.11.19",
 	),

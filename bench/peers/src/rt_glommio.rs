@@ -20,6 +20,7 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				}
 				Row::SpawnJoin => spawn_join(ops).await,
 				Row::Timers => timers(ops / TIMERS).await,
+				Row::CrossThreadWake => crate::work::cross_thread_wake(ops).await,
 				Row::Quic256MiB | Row::Quic1000Streams => anyhow::bail!("no QUIC implementation on glommio"),
 			}
 		})

@@ -23,6 +23,7 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				}
 				Row::SpawnJoin => spawn_join(ops).await,
 				Row::Timers => timers(ops / TIMERS).await,
+				Row::CrossThreadWake => crate::work::cross_thread_wake(ops).await,
 				Row::Quic256MiB => quic_bulk(ops).await,
 				Row::Quic1000Streams => quic_streams(ops).await,
 			}

@@ -44,6 +44,10 @@ pub enum Row {
 	/// 10,000 live timers of 1 ms, each re-armed as it fires: an operation is a timer firing.
 	#[value(name = "timers")]
 	Timers,
+	/// A task waits for a one-shot channel that a plain thread completes, one after another: an
+	/// operation is a wake that crosses threads (and the runtime's park and unpark around it).
+	#[value(name = "cross-thread-wake")]
+	CrossThreadWake,
 	/// QUIC on loopback, both endpoints on the runtime: 256 MiB over one stream, written in
 	/// 64 KiB pieces: an operation is a MiB delivered.
 	#[value(name = "quic-256mib")]
@@ -56,7 +60,7 @@ pub enum Row {
 
 impl Row {
 	/// Every row, in the order of the results.
-	pub const ALL: [Self; 9] = [
+	pub const ALL: [Self; 10] = [
 		Self::UdpPingPong,
 		Self::UdpBulk,
 		Self::TcpEcho64,
@@ -64,6 +68,7 @@ impl Row {
 		Self::TcpEcho64x100,
 		Self::SpawnJoin,
 		Self::Timers,
+		Self::CrossThreadWake,
 		Self::Quic256MiB,
 		Self::Quic1000Streams,
 	];
@@ -78,6 +83,7 @@ impl Row {
 			Self::TcpEcho64x100 => "tcp-echo-64x100",
 			Self::SpawnJoin => "spawn-join",
 			Self::Timers => "timers",
+			Self::CrossThreadWake => "cross-thread-wake",
 			Self::Quic256MiB => "quic-256mib",
 			Self::Quic1000Streams => "quic-1000-streams",
 		}
@@ -93,6 +99,7 @@ impl Row {
 			Self::TcpEcho64x100 => 20_000,
 			Self::SpawnJoin => 200_000,
 			Self::Timers => 5 * TIMERS,
+			Self::CrossThreadWake => 20_000,
 			Self::Quic256MiB => 256,
 			Self::Quic1000Streams => 1000,
 		}
@@ -105,6 +112,7 @@ impl Row {
 			Self::UdpBulk => "datagram",
 			Self::SpawnJoin => "spawn + join",
 			Self::Timers => "timer firing",
+			Self::CrossThreadWake => "wake",
 			Self::Quic256MiB => "MiB",
 			Self::Quic1000Streams => "stream",
 		}
@@ -175,4 +183,28 @@ impl Meter {
 /// The loopback address with any port.
 pub fn loopback() -> std::net::SocketAddr {
 	"127.0.0.1:0".parse().expect("a valid address")
+}
+
+/// The cross-thread row, the same on every runtime: it uses only a `std` thread, a `std`
+/// channel to it and a one-shot channel back, so what differs is each runtime's waker and park.
+pub async fn cross_thread_wake(ops: u64) -> anyhow::Result<Measured> {
+	use futures_channel::oneshot;
+	let (to_helper, requests) = std::sync::mpsc::channel::<oneshot::Sender<()>>();
+	let helper = std::thread::spawn(move || {
+		while let Ok(reply) = requests.recv() {
+			let _ = reply.send(());
+		}
+	});
+	let meter = Meter::start();
+	for _ in 0..ops {
+		let (reply, answer) = oneshot::channel();
+		to_helper.send(reply)?;
+		answer.await?;
+	}
+	let measured = meter.stop();
+	drop(to_helper);
+	helper
+		.join()
+		.map_err(|_| anyhow::anyhow!("the helper thread panicked"))?;
+	Ok(measured)
 }
