@@ -17,7 +17,7 @@ test:
 browser:
 	cargo nextest run -p moq-relay --test browser --run-ignored ignored-only
 
-# Rebuild the relay's page (moq-relay/web/src -> web/dist, embedded in the binary).
+# Rebuild the relay's page (moq-relay/web/src -> web/dist/app.js, embedded in the binary).
 page:
 	cd moq-relay/web && npm ci --no-audit --no-fund && node build.mjs
 

@@ -2,7 +2,7 @@
 //!
 //! | Request                        | Response                                                      |
 //! |--------------------------------|---------------------------------------------------------------|
-//! | `GET /`                        | `200`, the relay's page (`moq-relay/web/`, built into `web/dist/` and embedded in the binary) |
+//! | `GET /`                        | `200`, the relay's page (`moq-relay/web/`, embedded in the binary) |
 //! | `GET /app.js`                  | `200`, the page's script                                      |
 //! | `GET /health`                  | `200`, `ok\n`                                                 |
 //! | `GET /certificate.sha256`      | `200`, the lowercase hex SHA-256 of the leaf certificate's DER: exactly 64 characters, no newline (a browser passes it to `serverCertificateHashes` as is), with `Access-Control-Allow-Origin: *` |
@@ -302,8 +302,8 @@ fn parse(buf: &[u8]) -> Parsed {
 	Parsed::Complete(head, len)
 }
 
-/// The relay's page (`moq-relay/web/src/index.html`, copied into `web/dist/` by its build).
-const PAGE_HTML: &str = include_str!("../web/dist/index.html");
+/// The relay's page.
+const PAGE_HTML: &str = include_str!("../web/src/index.html");
 /// The page's script: `moq-relay/web/src/main.js` and the public `@moq/watch`, `@moq/publish` and
 /// `@moq/net` packages (versions locked in `web/package-lock.json`), bundled by `web/build.mjs`.
 const PAGE_SCRIPT: &str = include_str!("../web/dist/app.js");

@@ -1,5 +1,5 @@
-// Builds the relay's page into dist/ (index.html and app.js), which the relay embeds in its
-// binary: `npm ci && node build.mjs`. `node build.mjs --check` builds in memory and fails if
+// Builds the relay's page script into dist/app.js, which the relay embeds in its binary (with
+// src/index.html as it is): `npm ci && node build.mjs`. `node build.mjs --check` builds in memory and fails if
 // dist/ differs from what it would write (CI runs it, so the committed bundle is always this
 // source with the locked packages).
 import { readFile, writeFile, mkdir } from "node:fs/promises";
@@ -20,23 +20,15 @@ const bundle = await esbuild.build({
 	write: false,
 	logLevel: "error",
 });
-const outputs = {
-	"app.js": bundle.outputFiles[0].text,
-	"index.html": await readFile(path.join(dir, "src/index.html"), "utf8"),
-};
-
-let stale = [];
-for (const [name, text] of Object.entries(outputs)) {
-	const target = path.join(dir, "dist", name);
-	if (check) {
-		const committed = await readFile(target, "utf8").catch(() => undefined);
-		if (committed !== text) stale.push(name);
-	} else {
-		await mkdir(path.dirname(target), { recursive: true });
-		await writeFile(target, text);
+const script = bundle.outputFiles[0].text;
+const target = path.join(dir, "dist/app.js");
+if (check) {
+	const committed = await readFile(target, "utf8").catch(() => undefined);
+	if (committed !== script) {
+		console.error("moq-relay/web/dist/app.js is not what build.mjs builds: run `npm ci && node build.mjs` in moq-relay/web and commit it");
+		process.exit(1);
 	}
-}
-if (stale.length > 0) {
-	console.error(`moq-relay/web/dist is not what build.mjs builds (${stale.join(", ")}): run \`npm ci && node build.mjs\` in moq-relay/web and commit dist/`);
-	process.exit(1);
+} else {
+	await mkdir(path.dirname(target), { recursive: true });
+	await writeFile(target, script);
 }
