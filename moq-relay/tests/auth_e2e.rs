@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -25,29 +24,9 @@ const KEY: &[u8] = b"the relay's HS256 secret, 32 bytes or more";
 /// Moq-lite's Unauthorized.
 const UNAUTHORIZED: u64 = 6;
 
-/// A JWK set holding [`KEY`], in a file of its own, removed on drop.
-struct KeyFile(PathBuf);
-
-impl KeyFile {
-	/// `test` names the file: tests of this binary run on parallel threads of one process.
-	fn write(test: &str) -> Self {
-		let name = format!("moq-relay-test-{}-{test}.jwks.json", std::process::id());
-		let path = std::env::temp_dir().join(name);
-		let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
-		std::fs::write(&path, jwks.to_string()).unwrap();
-		Self(path)
-	}
-}
-
-impl Drop for KeyFile {
-	fn drop(&mut self) {
-		let _ = std::fs::remove_file(&self.0);
-	}
-}
-
 /// A relay on two workers that takes tokens signed with [`KEY`] and nothing else.
 fn relay(test: &str) -> Relay {
-	let keys = KeyFile::write(test);
+	let keys = KeyFile::hs256(test, KEY);
 	// The key file is read at start; it can go once the relay is up.
 	Relay::start_with(
 		2,

@@ -11,36 +11,18 @@ use common::*;
 use moq_net::Path;
 use moq_net::model::{Origin, Route};
 use moq_relay::auth::{self, Anonymous, AuthConfig};
+use moq_relay::client::Client;
 use moq_relay::config::{Cluster, PeerTls};
 use serde_json::json;
 
 const KEY: &[u8] = b"a cluster test secret, 32+ bytes long";
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// A key file every relay of a test reads (removed on drop).
-struct KeyFile(std::path::PathBuf);
-
-impl KeyFile {
-	fn write(test: &str) -> Self {
-		let name = format!("moq-relay-cluster-{}-{test}.jwks.json", std::process::id());
-		let path = std::env::temp_dir().join(name);
-		let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "k": auth::base64url_encode(KEY)}]});
-		std::fs::write(&path, jwks.to_string()).unwrap();
-		Self(path)
-	}
-
-	/// Tokens verified with this file; clients need none (anonymous access everywhere).
-	fn auth(&self) -> AuthConfig {
-		AuthConfig {
-			key_file: Some(self.0.clone()),
-			anonymous: Anonymous::everything(),
-		}
-	}
-}
-
-impl Drop for KeyFile {
-	fn drop(&mut self) {
-		let _ = std::fs::remove_file(&self.0);
+/// Tokens verified with `keys`; clients need none (anonymous access everywhere).
+fn open_auth(keys: &KeyFile) -> AuthConfig {
+	AuthConfig {
+		key_file: Some(keys.0.clone()),
+		anonymous: Anonymous::everything(),
 	}
 }
 
@@ -64,7 +46,7 @@ fn member(keys: &KeyFile, id: u64, peers: &[&Relay], linger: Duration) -> Relay 
 		.map(|peer| moq_quic::tls::parse_fingerprint(&peer.bound.fingerprint).unwrap())
 		.collect();
 	Relay::start_cluster(
-		keys.auth(),
+		open_auth(keys),
 		Cluster {
 			connect: peers.iter().map(|peer| peer_url(peer)).collect(),
 			token: Some(cluster_token()),
@@ -74,14 +56,6 @@ fn member(keys: &KeyFile, id: u64, peers: &[&Relay], linger: Duration) -> Relay 
 			..Cluster::default()
 		},
 	)
-}
-
-async fn metric(relay: &Relay, name: &str) -> u64 {
-	metric_at(relay.bound.http.unwrap(), name).await
-}
-
-async fn metric_until(relay: &Relay, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
-	metric_until_at(LIMIT, relay.bound.http.unwrap(), name, ok).await
 }
 
 /// The route of the first announcement of `path` a viewer of `origin` hears.
@@ -97,65 +71,74 @@ async fn announced_route(origin: &Origin, path: &str) -> Route {
 
 /// Waits until `path` is unannounced in `origin`.
 async fn gone(origin: &Origin, path: &str) {
+	// The cursor first: a change after the check still wakes it.
 	let mut cursor = origin.consumer().announced(&Path::default());
-	let mut present = false;
-	loop {
-		if let Some(update) = cursor.try_next() {
-			if update.path == Path::new(path) {
-				present = update.broadcast.is_some();
-			}
-			continue;
-		}
-		if !present {
-			return;
-		}
-		let update = cursor.next().await;
-		if update.path == Path::new(path) {
-			present = update.broadcast.is_some();
-		}
+	while origin.consumer().get_broadcast(&Path::new(path)).is_some() {
+		cursor.next().await;
 	}
+}
+
+/// A client on `relay` publishing `origin`'s broadcasts, with its endpoint.
+async fn publishing(relay: &Relay, origin: &Origin) -> (Client, moq_quic::Endpoint) {
+	let endpoint = endpoint(relay);
+	let client = within(LIMIT, "a publisher's session", publisher(relay, &endpoint, "/", origin))
+		.await
+		.unwrap();
+	(client, endpoint)
+}
+
+/// A client on `relay` mirroring its announcements into a new origin `id`, with its endpoint.
+async fn watching(relay: &Relay, id: u64) -> (Origin, Client, moq_quic::Endpoint) {
+	let origin = Origin::new(id);
+	let endpoint = endpoint(relay);
+	let client = within(LIMIT, "a viewer's session", viewer(relay, &endpoint, "/", &origin))
+		.await
+		.unwrap();
+	(origin, client, endpoint)
+}
+
+/// The "video" track of the broadcast at `path`, once `origin` hears it announced.
+async fn video(origin: &Origin, path: &str) -> moq_net::TrackConsumer {
+	within(LIMIT, "the announcement", announced(origin, path))
+		.await
+		.subscribe_track("video", sub())
+		.unwrap()
 }
 
 #[test]
 fn a_broadcast_on_relay_a_reaches_viewers_on_b_and_c_through_one_subscription_per_link() {
-	let keys = KeyFile::write("fanout");
+	let keys = KeyFile::hs256("cluster-fanout", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(5));
 	let b = member(&keys, 20, &[&a], Duration::from_secs(5));
 	let c = member(&keys, 30, &[&a, &b], Duration::from_secs(5));
 	runtime().block_on(async {
 		// Every link is up: B→A, C→A, C→B (A and B also count the sessions of those that dialled).
-		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
-		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
-		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 2).await;
-		metric_until(&b, "moq_relay_cluster_sessions", |n| n == 1).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		c.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 2).await;
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 2).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
 
 		let publisher_origin = Origin::new(7);
 		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		let publisher_endpoint = endpoint(&a);
-		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let _publisher = publishing(&a, &publisher_origin).await;
 
 		// Three viewers on B, one on C.
 		let mut viewers = Vec::new();
 		for (relay, id) in [(&b, 101), (&b, 102), (&b, 103), (&c, 104)] {
-			let origin = Origin::new(id);
-			let endpoint = endpoint(relay);
-			let client = viewer(relay, &endpoint, "/", &origin).await.unwrap();
-			let route = within(LIMIT, "the announcement", announced_route(&origin, "bbb")).await;
-			viewers.push((origin, endpoint, client, route));
+			let viewer = watching(relay, id).await;
+			let route = within(LIMIT, "the announcement", announced_route(&viewer.0, "bbb")).await;
+			viewers.push((viewer, route));
 		}
 		// Hop chains: publisher 7, relay A (10), the viewer's relay; never through a third relay.
-		assert_eq!(viewers[0].3.hops, vec![7, 10, 20]);
-		assert_eq!(viewers[3].3.hops, vec![7, 10, 30]);
+		assert_eq!(viewers[0].1.hops, vec![7, 10, 20]);
+		assert_eq!(viewers[3].1.hops, vec![7, 10, 30]);
 
 		let mut cursors = Vec::new();
-		for (origin, ..) in &viewers {
-			let broadcast = announced(origin, "bbb").await;
-			cursors.push(broadcast.subscribe_track("video", sub()).unwrap());
+		for ((origin, ..), _) in &viewers {
+			cursors.push(video(origin, "bbb").await);
 		}
 		// Demand reached A through both links before the first group is written.
-		metric_until(&a, "moq_relay_subscriptions", |n| n == 2).await;
+		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 2).await;
 		for seq in 0..20 {
 			publish(&track, seq);
 		}
@@ -165,44 +148,32 @@ fn a_broadcast_on_relay_a_reaches_viewers_on_b_and_c_through_one_subscription_pe
 		}
 		// One upstream subscription per link however many viewers: A serves B's link and C's link,
 		// B serves its three viewers, C its one (and B's link to C carries nothing of it).
-		assert_eq!(metric(&a, "moq_relay_subscriptions").await, 2);
-		assert_eq!(metric(&b, "moq_relay_subscriptions").await, 3);
-		assert_eq!(metric(&c, "moq_relay_subscriptions").await, 1);
+		assert_eq!(a.metric("moq_relay_subscriptions").await, 2);
+		assert_eq!(b.metric("moq_relay_subscriptions").await, 3);
+		assert_eq!(c.metric("moq_relay_subscriptions").await, 1);
 		// Nothing was announced twice or looped: each relay holds the broadcast once, no backups.
 		for relay in [&a, &b, &c] {
-			assert_eq!(metric(relay, "moq_relay_broadcasts").await, 1);
-			assert_eq!(metric(relay, "moq_relay_broadcast_backups").await, 0);
+			assert_eq!(relay.metric("moq_relay_broadcasts").await, 1);
+			assert_eq!(relay.metric("moq_relay_broadcast_backups").await, 0);
 		}
 	});
 }
 
 #[test]
 fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_first() {
-	let keys = KeyFile::write("leave");
+	let keys = KeyFile::hs256("cluster-leave", KEY);
 	let linger = Duration::from_millis(1500);
 	let a = member(&keys, 10, &[], linger);
 	let b = member(&keys, 20, &[&a], linger);
 	let c = member(&keys, 30, &[&a, &b], linger);
 	runtime().block_on(async {
-		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
-		let watchers: Vec<(Origin, _, _)> = {
-			let mut watchers = Vec::new();
-			for (relay, id) in [(&b, 101), (&c, 102)] {
-				let origin = Origin::new(id);
-				let endpoint = endpoint(relay);
-				let client = viewer(relay, &endpoint, "/", &origin).await.unwrap();
-				watchers.push((origin, endpoint, client));
-			}
-			watchers
-		};
+		c.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 2).await;
+		let watchers = [watching(&b, 101).await, watching(&c, 102).await];
 
 		// A publisher that says goodbye: its broadcast ends at once on every relay.
 		let publisher_origin = Origin::new(7);
 		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "clean");
-		let publisher_endpoint = endpoint(&a);
-		let publisher_client = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let (publisher_client, _endpoint) = publishing(&a, &publisher_origin).await;
 		for (origin, ..) in &watchers {
 			within(LIMIT, "the announcement", announced(origin, "clean")).await;
 		}
@@ -216,9 +187,7 @@ fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_fi
 		// A publisher lost abruptly (its connection fails: code 4, as an idle timeout reads):
 		// its broadcast stays announced for the linger, then goes everywhere.
 		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "lost");
-		let publisher_client = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let (publisher_client, _endpoint) = publishing(&a, &publisher_origin).await;
 		for (origin, ..) in &watchers {
 			within(LIMIT, "the announcement", announced(origin, "lost")).await;
 		}
@@ -229,44 +198,36 @@ fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_fi
 		}
 		assert!(lost.elapsed() >= linger, "withdrawn after {:?}", lost.elapsed());
 		for relay in [&a, &b, &c] {
-			metric_until(relay, "moq_relay_broadcasts", |n| n == 0).await;
+			relay.metric_until(LIMIT, "moq_relay_broadcasts", |n| n == 0).await;
 		}
 	});
 }
 
 #[test]
 fn a_publisher_that_reconnects_within_the_linger_takes_its_path_over() {
-	let keys = KeyFile::write("reconnect");
+	let keys = KeyFile::hs256("cluster-reconnect", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(30));
 	let b = member(&keys, 20, &[&a], Duration::from_secs(30));
 	runtime().block_on(async {
-		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
-		let viewer_origin = Origin::new(101);
-		let viewer_endpoint = endpoint(&b);
-		let _viewer = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&b, 101).await;
 
 		let publisher_origin = Origin::new(7);
 		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "cam");
-		let publisher_endpoint = endpoint(&a);
-		let first = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let (first, _first_endpoint) = publishing(&a, &publisher_origin).await;
 		within(LIMIT, "the announcement", announced(&viewer_origin, "cam")).await;
 		first.connection.close(4, "lost");
 		drop(first);
 
 		// The same publisher, again, on a new connection, long before the 30 s linger is over.
 		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "cam");
-		let _second = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let _second = publishing(&a, &publisher_origin).await;
 		// Relay A serves the new publication (the newer of two equal routes), and B's viewer,
 		// asking again, gets its groups.
 		let mut seq = 0;
 		within(LIMIT, "groups from the new publication", async {
 			loop {
-				let broadcast = announced(&viewer_origin, "cam").await;
-				let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
+				let mut cursor = video(&viewer_origin, "cam").await;
 				// The lingering broadcast has no groups to give; the new one does.
 				seq += 1;
 				publish(&track, seq);
@@ -276,7 +237,7 @@ fn a_publisher_that_reconnects_within_the_linger_takes_its_path_over() {
 			}
 		})
 		.await;
-		assert_eq!(metric(&b, "moq_relay_broadcasts").await, 1);
+		assert_eq!(b.metric("moq_relay_broadcasts").await, 1);
 	});
 }
 
@@ -294,28 +255,22 @@ async fn next_group_within(
 
 #[test]
 fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
-	let keys = KeyFile::write("failover");
+	let keys = KeyFile::hs256("cluster-failover", KEY);
 	// A linger longer than the test's bound: a route that lingered instead of going would fail it.
 	let linger = Duration::from_secs(60);
 	let a = member(&keys, 10, &[], linger);
 	let b = member(&keys, 20, &[&a], linger);
 	let c = member(&keys, 30, &[&a, &b], linger);
 	runtime().block_on(async {
-		metric_until(&c, "moq_relay_cluster_links", |n| n == 2).await;
-		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
+		c.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 2).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
 		let publisher_origin = Origin::new(7);
 		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		let publisher_endpoint = endpoint(&a);
-		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
+		let _publisher = publishing(&a, &publisher_origin).await;
 
-		let viewer_origin = Origin::new(101);
-		let viewer_endpoint = endpoint(&b);
-		let on_b = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
-		let broadcast = within(LIMIT, "the announcement", announced(&viewer_origin, "bbb")).await;
-		let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
-		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		let (viewer_origin, on_b, _endpoint) = watching(&b, 101).await;
+		let mut cursor = video(&viewer_origin, "bbb").await;
+		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
 		for seq in 0..5 {
 			publish(&track, seq);
 		}
@@ -323,11 +278,8 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		// A publisher on B too, watched from C.
 		let b_origin = Origin::new(8);
 		let (_b_broadcast, _b_track, _b_publication) = local_broadcast(&b_origin, "on-b");
-		let b_endpoint = endpoint(&b);
-		let _on_b_publisher = publisher(&b, &b_endpoint, "/", &b_origin).await.unwrap();
-		let watcher_origin = Origin::new(103);
-		let watcher_endpoint = endpoint(&c);
-		let _watcher = viewer(&c, &watcher_endpoint, "/", &watcher_origin).await.unwrap();
+		let _on_b_publisher = publishing(&b, &b_origin).await;
+		let (watcher_origin, _watcher, _watcher_endpoint) = watching(&c, 103).await;
 		within(LIMIT, "B's broadcast on C", announced(&watcher_origin, "on-b")).await;
 
 		// B leaves the cluster: its viewer's session ends, A and C drop their links to it, and
@@ -335,16 +287,13 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		b.stop().unwrap();
 		within(LIMIT, "the viewer's session to end", on_b.session.closed()).await;
 		within(LIMIT, "B's broadcast to go from C", gone(&watcher_origin, "on-b")).await;
-		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 1).await;
-		metric_until(&a, "moq_relay_subscriptions", |n| n == 0).await;
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
+		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 0).await;
 
 		// The viewer reconnects to C and continues.
-		let viewer_origin = Origin::new(102);
-		let viewer_endpoint = endpoint(&c);
-		let _on_c = viewer(&c, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
-		let broadcast = within(LIMIT, "the announcement on C", announced(&viewer_origin, "bbb")).await;
-		let mut cursor = broadcast.subscribe_track("video", sub()).unwrap();
-		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		let (viewer_origin, _on_c, _endpoint) = watching(&c, 102).await;
+		let mut cursor = video(&viewer_origin, "bbb").await;
+		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
 		for seq in 5..10 {
 			publish(&track, seq);
 		}
@@ -356,10 +305,10 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 
 #[test]
 fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
-	let keys = KeyFile::write("webtransport");
+	let keys = KeyFile::hs256("cluster-webtransport", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(5));
 	let b = Relay::start_cluster(
-		keys.auth(),
+		open_auth(&keys),
 		Cluster {
 			connect: vec![format!("https://localhost:{}/", a.bound.quic.port())],
 			token: Some(cluster_token()),
@@ -369,24 +318,16 @@ fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 		},
 	);
 	runtime().block_on(async {
-		metric_until(&b, "moq_relay_cluster_links", |n| n == 1).await;
-		metric_until(&a, "moq_relay_cluster_sessions", |n| n == 1).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
 		let publisher_origin = Origin::new(7);
 		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		let publisher_endpoint = endpoint(&a);
-		let _publisher = publisher(&a, &publisher_endpoint, "/", &publisher_origin)
-			.await
-			.unwrap();
-		let viewer_origin = Origin::new(101);
-		let viewer_endpoint = endpoint(&b);
-		let _viewer = viewer(&b, &viewer_endpoint, "/", &viewer_origin).await.unwrap();
+		let _publisher = publishing(&a, &publisher_origin).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&b, 101).await;
 		let route = within(LIMIT, "the announcement", announced_route(&viewer_origin, "bbb")).await;
 		assert_eq!(route.hops, vec![7, 10, 20]);
-		let mut cursor = announced(&viewer_origin, "bbb")
-			.await
-			.subscribe_track("video", sub())
-			.unwrap();
-		metric_until(&a, "moq_relay_subscriptions", |n| n == 1).await;
+		let mut cursor = video(&viewer_origin, "bbb").await;
+		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
 		for seq in 0..10 {
 			publish(&track, seq);
 		}
@@ -397,7 +338,7 @@ fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 
 #[test]
 fn a_relay_without_the_cluster_token_is_not_a_peer() {
-	let keys = KeyFile::write("token");
+	let keys = KeyFile::hs256("cluster-token", KEY);
 	// A takes only tokens: no anonymous access.
 	let a = Relay::start_cluster(
 		AuthConfig {
@@ -412,7 +353,7 @@ fn a_relay_without_the_cluster_token_is_not_a_peer() {
 	let pin = moq_quic::tls::parse_fingerprint(&a.bound.fingerprint).unwrap();
 	// B dials A without a token, C with a token that is not a cluster token.
 	let b = Relay::start_cluster(
-		keys.auth(),
+		open_auth(&keys),
 		Cluster {
 			connect: vec![peer_url(&a)],
 			id: Some(20),
@@ -422,7 +363,7 @@ fn a_relay_without_the_cluster_token_is_not_a_peer() {
 	);
 	let client_token = auth::sign_hs256(&json!({"get": "", "put": ""}), KEY);
 	let c = Relay::start_cluster(
-		keys.auth(),
+		open_auth(&keys),
 		Cluster {
 			connect: vec![peer_url(&a)],
 			token: Some(client_token),
@@ -433,9 +374,9 @@ fn a_relay_without_the_cluster_token_is_not_a_peer() {
 	);
 	runtime().block_on(async {
 		// B is refused; C links, but as a client, not as a peer.
-		metric_until(&a, "moq_relay_refused_total", |n| n >= 1).await;
-		metric_until(&c, "moq_relay_cluster_links", |n| n == 1).await;
-		assert_eq!(metric(&a, "moq_relay_cluster_sessions").await, 0);
-		assert_eq!(metric(&b, "moq_relay_cluster_links").await, 0);
+		a.metric_until(LIMIT, "moq_relay_refused_total", |n| n >= 1).await;
+		c.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		assert_eq!(a.metric("moq_relay_cluster_sessions").await, 0);
+		assert_eq!(b.metric("moq_relay_cluster_links").await, 0);
 	});
 }

@@ -34,16 +34,6 @@ fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) 
 	Relay::start_limited(2, limits, 64 << 20)
 }
 
-/// The value of the unlabelled metric `name`.
-async fn metric(relay: &Relay, name: &str) -> u64 {
-	metric_at(relay.bound.http.unwrap(), name).await
-}
-
-/// Waits until `metric(name)` satisfies `ok` (see [`metric_until_at`]).
-async fn metric_until(relay: &Relay, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
-	metric_until_at(LIMIT, relay.bound.http.unwrap(), name, ok).await
-}
-
 fn subscribe_bytes(id: u64, broadcast: &str, track: &str, start: Option<u64>) -> Bytes {
 	Bytes::from(typed(
 		u64::from(ControlType::Subscribe),
@@ -75,13 +65,13 @@ fn a_future_start_then_a_disconnect_stops_nobody() {
 		send.write(subscribe_bytes(0, "bbb", "video", Some(1_000_000_000)))
 			.await
 			.unwrap();
-		metric_until(&relay, "moq_relay_subscriptions", |n| n >= 2).await;
+		relay.metric_until(LIMIT, "moq_relay_subscriptions", |n| n >= 2).await;
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
 		drop((send, recv));
 		attacker.close(0, "bye");
-		metric_until(&relay, "moq_relay_subscriptions", |n| n == 1).await;
+		relay.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
@@ -125,10 +115,14 @@ fn a_second_publisher_takes_a_path_only_while_it_is_there() {
 		let attacker_origin = Origin::new(3);
 		let (_evil_broadcast, _evil_track, _evil_pub) = local_broadcast(&attacker_origin, "bbb");
 		let attacker = publisher(&relay, &endpoint, "/", &attacker_origin).await.unwrap();
-		metric_until(&relay, "moq_relay_broadcast_backups", |n| n == 1).await;
+		relay
+			.metric_until(LIMIT, "moq_relay_broadcast_backups", |n| n == 1)
+			.await;
 		drop(attacker);
-		metric_until(&relay, "moq_relay_broadcast_backups", |n| n == 0).await;
-		assert_eq!(metric(&relay, "moq_relay_broadcasts").await, 1, "the first is back");
+		relay
+			.metric_until(LIMIT, "moq_relay_broadcast_backups", |n| n == 0)
+			.await;
+		assert_eq!(relay.metric("moq_relay_broadcasts").await, 1, "the first is back");
 		// A viewer watches the first publisher again. Its announcements are coalesced per path (it
 		// sees what is there now, not every change), so until its view has caught up it may still
 		// hold the attacker's ended broadcast: subscribe to what it sees until demand reaches the
@@ -211,23 +205,27 @@ fn half_open_handshakes_are_capped_per_address_and_in_total() {
 		let mut healthy = Healthy::new(&relay, &endpoint).await;
 		healthy.still_receives().await;
 		initials(&relay, "127.0.0.2".parse().unwrap(), 3000);
-		let refused = metric_until(&relay, "moq_relay_handshakes_refused_total", |n| n > 2000).await;
-		let held = metric(&relay, "moq_relay_handshakes").await;
+		let refused = relay
+			.metric_until(LIMIT, "moq_relay_handshakes_refused_total", |n| n > 2000)
+			.await;
+		let held = relay.metric("moq_relay_handshakes").await;
 		assert!(held <= 32, "{held} handshakes from one address");
 		// Many addresses: past 64 in progress, each must prove its address first (Retry), and a
 		// client that never answers costs nothing.
 		for i in 0..16u8 {
 			initials(&relay, IpAddr::from([127, 0, 1, i]), 40);
 		}
-		let retries = metric_until(&relay, "moq_relay_handshake_retries_total", |n| n > 0).await;
-		let held = metric(&relay, "moq_relay_handshakes").await;
+		let retries = relay
+			.metric_until(LIMIT, "moq_relay_handshake_retries_total", |n| n > 0)
+			.await;
+		let held = relay.metric("moq_relay_handshakes").await;
 		assert!(held <= 64, "{held} handshakes in progress");
 		println!("3,640 Initials: {refused} refused, {retries} retried, {held} held");
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
 		// Past the handshake timeout, every half-open handshake is gone.
-		metric_until(&relay, "moq_relay_handshakes", |n| n == 0).await;
+		relay.metric_until(LIMIT, "moq_relay_handshakes", |n| n == 0).await;
 	});
 	relay.stop().unwrap();
 }
@@ -243,15 +241,15 @@ fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 		let stalled = raw(&relay, &endpoint, true).await;
 		let (mut send, _recv) = stalled.open_bi().await.unwrap();
 		send.write(subscribe_bytes(0, "bbb", "video", None)).await.unwrap();
-		metric_until(&relay, "moq_relay_subscriptions", |n| n >= 2).await;
+		relay.metric_until(LIMIT, "moq_relay_subscriptions", |n| n >= 2).await;
 		for _ in 0..1500 {
 			healthy.still_receives().await;
 		}
-		let in_flight = metric(&relay, "moq_relay_groups_in_flight").await;
+		let in_flight = relay.metric("moq_relay_groups_in_flight").await;
 		assert!(in_flight <= 16 + 1, "{in_flight} groups in flight");
-		assert!(metric(&relay, "moq_relay_budget_refusals_total").await > 0);
-		let cache = metric(&relay, "moq_relay_cache_bytes").await;
-		assert!(cache <= metric(&relay, "moq_relay_cache_capacity_bytes").await);
+		assert!(relay.metric("moq_relay_budget_refusals_total").await > 0);
+		let cache = relay.metric("moq_relay_cache_bytes").await;
+		assert!(cache <= relay.metric("moq_relay_cache_capacity_bytes").await);
 		drop((send, _recv));
 	});
 	relay.stop().unwrap();
@@ -268,8 +266,10 @@ fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
 		let attacker = raw(&relay, &endpoint, true).await;
 		// 600 unfinished requests: 30 MB held if nothing charged it.
 		let streams = unfinished_requests(&attacker, 600).await;
-		let refusals = metric_until(&relay, "moq_relay_budget_refusals_total", |n| n > 0).await;
-		let held = metric(&relay, "moq_relay_partial_bytes").await;
+		let refusals = relay
+			.metric_until(LIMIT, "moq_relay_budget_refusals_total", |n| n > 0)
+			.await;
+		let held = relay.metric("moq_relay_partial_bytes").await;
 		assert!(held <= 1 << 20, "{held} partial bytes held");
 		println!("30 MB of unfinished messages: {refusals} streams refused, {held} bytes held");
 		for _ in 0..3 {
@@ -297,13 +297,13 @@ fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 				.unwrap();
 			streams.push((send, recv));
 		}
-		let peak = metric(&relay, "moq_relay_track_requests").await;
+		let peak = relay.metric("moq_relay_track_requests").await;
 		assert!(peak <= 32, "{peak} track requests");
 		// Every unknown name is refused upstream (NotFound) and its request ends: what is left is
 		// the healthy viewer's own track. (That the names are forgotten is moq-net's
 		// `track_names_asked_of_a_peers_broadcast_are_forgotten`.)
-		metric_until(&relay, "moq_relay_track_requests", |n| n == 1).await;
-		metric_until(&relay, "moq_relay_subscriptions", |n| n == 1).await;
+		relay.metric_until(LIMIT, "moq_relay_track_requests", |n| n == 1).await;
+		relay.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
@@ -325,13 +325,15 @@ fn announcements_past_a_sessions_budget_are_ignored() {
 			.map(|i| producer.create_broadcast(&Path::new(&format!("flood/{i}")), Route::default()))
 			.collect();
 		let _flooder = publisher(&relay, &endpoint, "/", &flood).await.unwrap();
-		metric_until(&relay, "moq_relay_budget_refusals_total", |n| n >= 1900).await;
+		relay
+			.metric_until(LIMIT, "moq_relay_budget_refusals_total", |n| n >= 1900)
+			.await;
 		assert_eq!(
-			metric(&relay, "moq_relay_announces").await,
+			relay.metric("moq_relay_announces").await,
 			100 + 1,
 			"the flooder's 100 and bbb"
 		);
-		assert_eq!(metric(&relay, "moq_relay_broadcasts").await, 100 + 1);
+		assert_eq!(relay.metric("moq_relay_broadcasts").await, 100 + 1);
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
@@ -443,7 +445,7 @@ fn the_cache_never_exceeds_its_budget_however_many_tracks_a_publisher_fills() {
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
-		let cache = metric(&relay, "moq_relay_cache_bytes").await;
+		let cache = relay.metric("moq_relay_cache_bytes").await;
 		assert!(cache <= 4 << 20, "{cache} cache bytes against a budget of 4 MiB");
 	});
 	relay.stop().unwrap();

@@ -111,6 +111,16 @@ impl Relay {
 		Verification::Fingerprints(vec![moq_quic::tls::parse_fingerprint(&self.bound.fingerprint).unwrap()])
 	}
 
+	/// The value of its unlabelled metric `name`.
+	pub(crate) async fn metric(&self, name: &str) -> u64 {
+		metric_at(self.bound.http.unwrap(), name).await
+	}
+
+	/// Waits (at most `limit`) until its metric `name` satisfies `ok` (see [`metric_until_at`]).
+	pub(crate) async fn metric_until(&self, limit: Duration, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+		metric_until_at(limit, self.bound.http.unwrap(), name, ok).await
+	}
+
 	/// Shuts down and waits; the relay's own result.
 	pub(crate) fn stop(mut self) -> anyhow::Result<()> {
 		self.shutdown.trigger();
@@ -124,6 +134,27 @@ impl Drop for Relay {
 		if let Some(thread) = self.thread.take() {
 			let _ = thread.join();
 		}
+	}
+}
+
+/// A JWK set holding one HS256 `key`, in a file of its own (tests of a binary run on parallel
+/// threads of one process: `test` names it), removed on drop.
+pub(crate) struct KeyFile(pub(crate) std::path::PathBuf);
+
+impl KeyFile {
+	pub(crate) fn hs256(test: &str, key: &[u8]) -> Self {
+		let name = format!("moq-relay-test-{}-{test}.jwks.json", std::process::id());
+		let path = std::env::temp_dir().join(name);
+		let jwks =
+			serde_json::json!({"keys": [{"kty": "oct", "alg": "HS256", "k": moq_relay::auth::base64url_encode(key)}]});
+		std::fs::write(&path, jwks.to_string()).unwrap();
+		Self(path)
+	}
+}
+
+impl Drop for KeyFile {
+	fn drop(&mut self) {
+		let _ = std::fs::remove_file(&self.0);
 	}
 }
 
