@@ -62,6 +62,17 @@ fn line_queue(output: impl std::io::Read + Send + 'static) -> Arc<Queue<String>>
 	lines
 }
 
+/// The driver's next JSON line (`what` names it in failures): it must come within the limit and
+/// carry no `error`.
+async fn driver_line(lines: &Queue<String>, what: &str) -> Value {
+	let line = within(LIMIT, what, lines.pop())
+		.await
+		.unwrap_or_else(|| panic!("{what}: the driver ended"));
+	let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{what}: {line}"));
+	assert!(value.get("error").is_none(), "{what}: {}", value["error"]);
+	value
+}
+
 /// The `got` list of a scenario's JSON line: `[[sequence, text], ...]`.
 fn got(line: &Value) -> Vec<(u64, String)> {
 	line["got"]
@@ -132,14 +143,7 @@ fn browsers_and_native_clients_through_the_relay() {
 			.spawn()
 			.expect("node is needed for the browser tests");
 		let lines = line_queue(node.stdout.take().unwrap());
-		let next = async |what: &str| -> Value {
-			let line = within(LIMIT, what, lines.pop())
-				.await
-				.unwrap_or_else(|| panic!("{what}: the driver ended"));
-			let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{what}: {line}"));
-			assert!(value.get("error").is_none(), "{what}: {}", value["error"]);
-			value
-		};
+		let next = async |what: &str| driver_line(&lines, what).await;
 
 		let line = next("browser → browser").await;
 		assert_eq!(line["version"], "moq-lite-05", "{line}");
@@ -265,14 +269,7 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 		.expect("node is needed for the browser tests");
 	let lines = line_queue(node.stdout.take().unwrap());
 	runtime().block_on(async {
-		let next = async |what: &str| -> Value {
-			let line = within(LIMIT, what, lines.pop())
-				.await
-				.unwrap_or_else(|| panic!("{what}: the driver ended"));
-			let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{what}: {line}"));
-			assert!(value.get("error").is_none(), "{what}: {}", value["error"]);
-			value
-		};
+		let next = async |what: &str| driver_line(&lines, what).await;
 		let line = next("the page's publisher").await;
 		assert_eq!(line["step"], "published", "{line}");
 
