@@ -374,13 +374,14 @@ fn markdown(args: &Args, results: &Results) -> String {
 }
 
 fn json(results: &Results) -> String {
+	let revision = git_revision();
 	let mut out = String::new();
 	for (row, runtimes, runs, syscalls) in results {
 		for (r, runtime) in runtimes.iter().enumerate() {
 			let _ = writeln!(
 				out,
 				"{{\"table\":\"peers\",\"revision\":\"{}\",\"row\":\"{}\",\"runtime\":\"{}\",\"ns_cpu_per_op\":{:.1},\"allocations_per_op\":{:.3},\"io_uring_enter_per_op\":{},\"wall_us_per_op\":{:.3}}}",
-				git_revision(),
+				revision,
 				row.name(),
 				runtime.name(),
 				median(runs[r].iter().map(|r| r.cpu_ns).collect()),

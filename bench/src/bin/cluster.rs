@@ -26,7 +26,7 @@ use bench::report::Table;
 use bench::timed::cpu_time;
 use clap::Parser;
 use moq_net::Path;
-use moq_net::model::Route;
+use moq_net::model::{Origin, Route};
 use moq_quic::sim::{Network, SimConfig};
 
 #[derive(Parser)]
@@ -95,6 +95,14 @@ fn rss() -> u64 {
 		.map_or(0, |kb| kb * 1024)
 }
 
+/// Waits, in steps of `step` on the simulated clock, until every origin's count of announced
+/// broadcasts satisfies `done`.
+async fn until_every(origins: &[Origin], step: Duration, done: impl Fn(usize) -> bool) {
+	while !origins.iter().all(|origin| done(origin.broadcasts())) {
+		kio::time::sleep(step).await;
+	}
+}
+
 fn measure(relays: usize, broadcasts: usize) -> Measured {
 	let runtime = kio::Builder::single()
 		.paused_clock(true)
@@ -112,13 +120,9 @@ fn measure(relays: usize, broadcasts: usize) -> Measured {
 					.expect("a probe")
 			})
 			.collect();
-		while cluster.origins.iter().any(|origin| origin.broadcasts() < relays) {
-			kio::time::sleep(Duration::from_millis(10)).await;
-		}
+		until_every(&cluster.origins, Duration::from_millis(10), |n| n >= relays).await;
 		drop(probes);
-		while cluster.origins.iter().any(|origin| origin.broadcasts() > 0) {
-			kio::time::sleep(Duration::from_millis(10)).await;
-		}
+		until_every(&cluster.origins, Duration::from_millis(10), |n| n == 0).await;
 
 		let (rss_before, cpu_before, wall_before) = (rss(), cpu_time(), Instant::now());
 		let datagrams_before = network.stats().sent;
@@ -131,9 +135,7 @@ fn measure(relays: usize, broadcasts: usize) -> Measured {
 					.expect("a broadcast")
 			})
 			.collect();
-		while cluster.origins.iter().any(|origin| origin.broadcasts() < broadcasts) {
-			kio::time::sleep(Duration::from_millis(1)).await;
-		}
+		until_every(&cluster.origins, Duration::from_millis(1), |n| n >= broadcasts).await;
 		let converged = kio::time::now() - start;
 		let (cpu, wall) = (cpu_time() - cpu_before, wall_before.elapsed());
 		let datagrams = network.stats().sent - datagrams_before;
