@@ -334,17 +334,11 @@ async fn serve_connection(shared: Arc<Shared>, conn: Connection, worker: usize, 
 		conn.close(ErrorCode::Unroutable.code(), "too many connections");
 		return;
 	}
-	// Each session's ingest fills at most its share of the cache.
-	let share = shared
-		.limits
-		.session_cache
-		.unwrap_or_else(|| shared.pool.capacity() / 4);
 	let alpn = conn.alpn().unwrap_or_default();
+	// What the session may hold (its limits and its cache) is set once the grant says who it is.
 	let config = session::Config {
 		origin: shared.relay_id,
-		pool: Some(shared.pool.child(share)),
 		counters: Some(shared.counters.clone()),
-		limits: shared.limits.session,
 		version: Version::from_alpn(&alpn).unwrap_or_default(),
 		linger: shared.cluster.linger,
 		..session::Config::default()
@@ -526,12 +520,20 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
 	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
 	// A cluster peer carries a whole relay's broadcasts and demand: its own limits, the whole
-	// cache, and only our own clients' routes announced to it.
+	// cache, and only our own clients' routes announced to it. Any other session's ingest fills
+	// at most its share of the cache.
+	config.cluster = grant.cluster;
 	if grant.cluster {
-		config.cluster = true;
 		config.limits = shared.limits.cluster_session;
 		config.pool = Some(shared.pool.clone());
 		shared.cluster_sessions.fetch_add(1, Ordering::Relaxed);
+	} else {
+		let share = shared
+			.limits
+			.session_cache
+			.unwrap_or_else(|| shared.pool.capacity() / 4);
+		config.limits = shared.limits.session;
+		config.pool = Some(shared.pool.child(share));
 	}
 	let cluster_session = grant.cluster.then(|| Decrement(&shared.cluster_sessions));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);

@@ -302,6 +302,8 @@ fn versions() -> String {
 
 type Results = Vec<(Row, Vec<Runtime>, Vec<Vec<Run>>, Vec<Option<f64>>)>;
 
+/// The revision, as `bench::report::revision` gives it (this workspace does not depend on `bench`:
+/// that would build the relay and its stack here too).
 fn git_revision() -> String {
 	let run = |args: &[&str]| {
 		Command::new("git")
