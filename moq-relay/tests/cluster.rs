@@ -97,6 +97,14 @@ async fn watching(relay: &Relay, id: u64) -> (Origin, Client, moq_quic::Endpoint
 	(origin, client, endpoint)
 }
 
+/// Waits until the publisher's session serves a subscription to `track`: only then does a group
+/// written reach the viewers (the upstream subscription starts at the latest group when it
+/// arrives, so a group written before that would be skipped). The gauge of subscriptions on the
+/// publisher's relay is not enough: it counts the request that causes the upstream one.
+async fn asked(track: &moq_net::TrackProducer) {
+	within(LIMIT, "the publisher to be asked for the track", track.used()).await;
+}
+
 /// The "video" track of the broadcast at `path`, once `origin` hears it announced.
 async fn video(origin: &Origin, path: &str) -> moq_net::TrackConsumer {
 	within(LIMIT, "the announcement", announced(origin, path))
@@ -139,6 +147,7 @@ fn a_broadcast_on_relay_a_reaches_viewers_on_b_and_c_through_one_subscription_pe
 		}
 		// Demand reached A through both links before the first group is written.
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 2).await;
+		asked(&track).await;
 		for seq in 0..20 {
 			publish(&track, seq);
 		}
@@ -271,6 +280,7 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		let (viewer_origin, on_b, _endpoint) = watching(&b, 101).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
+		asked(&track).await;
 		for seq in 0..5 {
 			publish(&track, seq);
 		}
@@ -289,11 +299,14 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		within(LIMIT, "B's broadcast to go from C", gone(&watcher_origin, "on-b")).await;
 		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 0).await;
+		// With nobody left downstream, A cancels its own subscription to the publisher.
+		within(LIMIT, "A's upstream subscription to end", track.unused()).await;
 
 		// The viewer reconnects to C and continues.
 		let (viewer_origin, _on_c, _endpoint) = watching(&c, 102).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
+		asked(&track).await;
 		for seq in 5..10 {
 			publish(&track, seq);
 		}
@@ -328,6 +341,7 @@ fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 		assert_eq!(route.hops, vec![7, 10, 20]);
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
+		asked(&track).await;
 		for seq in 0..10 {
 			publish(&track, seq);
 		}
