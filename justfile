@@ -57,7 +57,7 @@ bench-relay-callgrind *REVS:
 
 # kio against compio, monoio and glommio, the same work side by side: bench/results/peers.md.
 bench-peers:
-	cargo run --release --manifest-path bench/peers/Cargo.toml -- --syscalls --save
+	cargo run --release --manifest-path bench/peers/Cargo.toml -- --syscalls --callgrind --save
 
 # A relay cluster's control plane (2-16 relays, 1,000 broadcasts, simulated network): bench/results/cluster.md.
 bench-cluster:

@@ -2,7 +2,7 @@
 //! one run.
 //!
 //! ```text
-//! cargo run --release --manifest-path bench/peers/Cargo.toml -- --save   # just bench-peers
+//! cargo run --release --manifest-path bench/peers/Cargo.toml -- --syscalls --callgrind --save   # just bench-peers
 //! ```
 //!
 //! Each measurement is a child process of its own (`--child RUNTIME ROW`): it builds the runtime,
@@ -14,6 +14,10 @@
 //!   `stats_alloc`);
 //! - **io_uring_enter** (`--syscalls`): `io_uring_enter` calls per operation, counted by
 //!   `strace -c` over a run of the row and a run of none, subtracted;
+//! - **instructions** (`--callgrind`): user-space instructions per operation, counted by
+//!   callgrind (this machine has no PMU) over a run of a tenth of the row's operations and a run
+//!   of none, subtracted. Exact and repeatable, where CPU time on a shared machine is not; the
+//!   kernel's share (the loopback path, io_uring's own work) is not in it.
 //! - wall-clock time, for reference only on this shared machine.
 //!
 //! Rounds alternate the runtimes; figures are medians over the rounds, and `kio/peer` is kio's
@@ -82,17 +86,11 @@ impl Runtime {
 	}
 }
 
-/// Rows that are part of the issue's list but not measured yet, with the reason.
-const NOT_YET: &[(&str, &str)] = &[
-	(
-		"udp-bulk-gso",
-		"GSO/GRO: kio has it (`bench/results/udp.md`); the peers' UDP sockets expose no UDP_SEGMENT/UDP_GRO, so only kio could run it",
-	),
-	(
-		"quic-256mib, quic-1000-streams on monoio and glommio",
-		"neither has a QUIC implementation: the QUIC rows compare moq-quic (kio) with compio-quic (compio), both on quinn-proto 0.11.19",
-	),
-];
+/// Rows some runtimes cannot run, with the reason.
+const NOT_YET: &[(&str, &str)] = &[(
+	"quic-256mib, quic-1000-streams on monoio and glommio",
+	"neither has a QUIC implementation: the QUIC rows compare moq-quic (kio) with compio-quic (compio), both on quinn-proto 0.11.19",
+)];
 
 #[derive(Parser)]
 #[command(about = "kio against compio, monoio and glommio: the same work side by side")]
@@ -112,6 +110,9 @@ struct Args {
 	/// Also count io_uring_enter calls per operation under strace.
 	#[arg(long)]
 	syscalls: bool,
+	/// Also count user-space instructions per operation under callgrind (valgrind).
+	#[arg(long)]
+	callgrind: bool,
 	/// Write bench/results/peers.{md,json,svg}.
 	#[arg(long)]
 	save: bool,
@@ -153,11 +154,7 @@ fn main() -> anyhow::Result<()> {
 	let exe = std::env::current_exe().context("the harness's own path")?;
 	let mut results = Vec::new();
 	for row in &rows {
-		let ops = ((row.ops() as f64 * args.scale) as u64).max(row.connections().max(work::TIMERS / 1000));
-		let ops = match row {
-			Row::Timers => ops.div_ceil(work::TIMERS).max(1) * work::TIMERS,
-			_ => ops.div_ceil(row.connections()) * row.connections(),
-		};
+		let ops = row_ops(*row, args.scale);
 		let runtimes: Vec<Runtime> = runtimes.iter().copied().filter(|r| r.cannot(*row).is_none()).collect();
 		let mut runs: Vec<Vec<Run>> = vec![Vec::new(); runtimes.len()];
 		for round in 0..args.rounds.max(1) {
@@ -178,14 +175,28 @@ fn main() -> anyhow::Result<()> {
 				runs[r].push(run);
 			}
 		}
-		let syscalls = match args.syscalls {
-			true => runtimes
-				.iter()
-				.map(|runtime| syscalls_per_op(&exe, *runtime, *row, ops))
-				.collect::<anyhow::Result<Vec<_>>>()?,
-			false => vec![None; runtimes.len()],
-		};
-		results.push((*row, runtimes.clone(), runs, syscalls));
+		let mut counts = Vec::new();
+		for runtime in &runtimes {
+			let syscalls = match args.syscalls {
+				true => syscalls_per_op(&exe, *runtime, *row, ops)?,
+				false => None,
+			};
+			let instructions = match args.callgrind {
+				true => instructions_per_op(&exe, *runtime, *row, row_ops(*row, args.scale / 10.0))
+					.with_context(|| format!("{} on {} under callgrind", row.name(), runtime.name()))?,
+				false => None,
+			};
+			if let Some(instructions) = instructions {
+				eprintln!(
+					"peers: {} {}: {instructions:.0} instructions/{}",
+					row.name(),
+					runtime.name(),
+					row.unit()
+				);
+			}
+			counts.push(Counts { syscalls, instructions });
+		}
+		results.push((*row, runtimes.clone(), runs, counts));
 	}
 	let table = markdown(&args, &results);
 	println!("{table}");
@@ -196,6 +207,23 @@ fn main() -> anyhow::Result<()> {
 		std::fs::write(dir.join("peers.svg"), svg(&results))?;
 	}
 	Ok(())
+}
+
+/// The operations of a measurement of `row`, scaled: whole rounds of the timers and of the
+/// connections.
+fn row_ops(row: Row, scale: f64) -> u64 {
+	let ops = ((row.ops() as f64 * scale) as u64).max(row.connections().max(work::TIMERS / 1000));
+	match row {
+		Row::Timers => ops.div_ceil(work::TIMERS).max(1) * work::TIMERS,
+		_ => ops.div_ceil(row.connections()) * row.connections(),
+	}
+}
+
+/// What strace and callgrind counted for one runtime on one row, per operation.
+#[derive(Clone, Copy, Debug)]
+struct Counts {
+	syscalls: Option<f64>,
+	instructions: Option<f64>,
 }
 
 /// One child's figures, per operation.
@@ -279,6 +307,31 @@ fn syscalls_per_op(exe: &Path, runtime: Runtime, row: Row, ops: u64) -> anyhow::
 	Ok(Some(full.saturating_sub(none) as f64 / ops as f64))
 }
 
+/// User-space instructions per operation: callgrind's total over a run of `ops` minus a run of
+/// none (`None` without valgrind).
+fn instructions_per_op(exe: &Path, runtime: Runtime, row: Row, ops: u64) -> anyhow::Result<Option<f64>> {
+	let count = |ops: u64| -> anyhow::Result<u64> {
+		let file = std::env::temp_dir().join(format!("peers-callgrind-{}", std::process::id()));
+		let mut command = Command::new("valgrind");
+		command
+			.args(["--tool=callgrind", "--dump-line=no", "--compress-strings=no"])
+			.arg(format!("--callgrind-out-file={}", file.display()))
+			.arg(exe);
+		run_child(command, runtime, row, ops)?;
+		let text = std::fs::read_to_string(&file)?;
+		let _ = std::fs::remove_file(&file);
+		text.lines()
+			.find_map(|line| line.strip_prefix("totals: "))
+			.and_then(|total| total.trim().parse().ok())
+			.context("no totals line in callgrind's output")
+	};
+	if Command::new("valgrind").arg("--version").output().is_err() {
+		return Ok(None);
+	}
+	let (full, none) = (count(ops)?, count(0)?);
+	Ok(Some(full.saturating_sub(none) as f64 / ops as f64))
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
 	values.sort_by(f64::total_cmp);
 	values[values.len() / 2]
@@ -300,7 +353,7 @@ fn versions() -> String {
 	out.join(", ")
 }
 
-type Results = Vec<(Row, Vec<Runtime>, Vec<Vec<Run>>, Vec<Option<f64>>)>;
+type Results = Vec<(Row, Vec<Runtime>, Vec<Vec<Run>>, Vec<Counts>)>;
 
 /// The revision, as `bench::report::revision` gives it (this workspace does not depend on `bench`:
 /// that would build the relay and its stack here too).
@@ -326,24 +379,26 @@ fn markdown(args: &Args, results: &Results) -> String {
 		"# kio against the other io_uring runtimes\n\nWritten by the harness (`bench/peers`, `just bench-peers`); do not edit by hand.\n\n\
 		 - revision: `{}`\n- date: {}\n- machine: {cpus} CPUs, no PMU\n- peers: {}\n- unit: **ns of CPU per operation** \
 		 (user + system, `CLOCK_PROCESS_CPUTIME_ID`, the whole process: both ends and the kernel work done in their context), \
-		 allocations per operation (counting allocator), io_uring_enter per operation (strace -c, run minus empty run)\n\
+		 user-space instructions per operation (callgrind, a run of a tenth of the operations minus an empty run; \
+		 exact, but without the kernel's share), allocations per operation (counting allocator), \
+		 io_uring_enter per operation (strace -c, run minus empty run)\n\
 		 - rounds: {} (runtimes alternated), medians\n\n\
 		 Every runtime runs the row on one thread with both ends of the traffic, over loopback (`bench/peers/src/work.rs`). \
-		 `kio/peer` is kio's CPU per operation over the peer's: below 1, kio spends less.\n\n",
+		 `kio/peer` is kio's CPU per operation over the peer's, `kio/peer instr` the same for instructions: \
+		 below 1, kio spends less.\n\n",
 		git_revision(),
 		today(),
 		versions(),
 		args.rounds
 	);
 	out.push_str(
-		"| row | operation | runtime | ns CPU/op | kio/peer | spread % | allocations/op | io_uring_enter/op | µs wall/op |\n",
+		"| row | operation | runtime | ns CPU/op | kio/peer | spread % | instructions/op | kio/peer instr | allocations/op | io_uring_enter/op | µs wall/op |\n",
 	);
-	out.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|\n");
-	for (row, runtimes, runs, syscalls) in results {
-		let kio = runtimes
-			.iter()
-			.position(|r| *r == Runtime::Kio)
-			.map(|k| median(runs[k].iter().map(|r| r.cpu_ns).collect()));
+	out.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+	for (row, runtimes, runs, counts) in results {
+		let k = runtimes.iter().position(|r| *r == Runtime::Kio);
+		let kio = k.map(|k| median(runs[k].iter().map(|r| r.cpu_ns).collect()));
+		let kio_instructions = k.and_then(|k| counts[k].instructions);
 		for (r, runtime) in runtimes.iter().enumerate() {
 			let cpu: Vec<f64> = runs[r].iter().map(|r| r.cpu_ns).collect();
 			let value = median(cpu.clone());
@@ -353,17 +408,25 @@ fn markdown(args: &Args, results: &Results) -> String {
 				(_, Runtime::Kio) | (None, _) => "–".to_owned(),
 				(Some(kio), _) => format!("{:.2}", kio / value),
 			};
+			let instructions_ratio = match (kio_instructions, counts[r].instructions, runtime) {
+				(Some(kio), Some(peer), Runtime::Compio | Runtime::Monoio | Runtime::Glommio) => {
+					format!("{:.2}", kio / peer)
+				}
+				_ => "–".to_owned(),
+			};
 			let _ = writeln!(
 				out,
-				"| {} | {} | {} | {:.0} | {} | {:.1} | {:.2} | {} | {:.2} |",
+				"| {} | {} | {} | {:.0} | {} | {:.1} | {} | {} | {:.2} | {} | {:.2} |",
 				row.name(),
 				row.unit(),
 				runtime.name(),
 				value,
 				ratio,
 				spread,
+				counts[r].instructions.map_or("–".to_owned(), |i| format!("{i:.0}")),
+				instructions_ratio,
 				median(runs[r].iter().map(|r| r.allocations).collect()),
-				syscalls[r].map_or("–".to_owned(), |s| format!("{s:.3}")),
+				counts[r].syscalls.map_or("–".to_owned(), |s| format!("{s:.3}")),
 				median(runs[r].iter().map(|r| r.wall_ns).collect()) / 1000.0,
 			);
 		}
@@ -378,17 +441,18 @@ fn markdown(args: &Args, results: &Results) -> String {
 fn json(results: &Results) -> String {
 	let revision = git_revision();
 	let mut out = String::new();
-	for (row, runtimes, runs, syscalls) in results {
+	for (row, runtimes, runs, counts) in results {
 		for (r, runtime) in runtimes.iter().enumerate() {
 			let _ = writeln!(
 				out,
-				"{{\"table\":\"peers\",\"revision\":\"{}\",\"row\":\"{}\",\"runtime\":\"{}\",\"ns_cpu_per_op\":{:.1},\"allocations_per_op\":{:.3},\"io_uring_enter_per_op\":{},\"wall_us_per_op\":{:.3}}}",
+				"{{\"table\":\"peers\",\"revision\":\"{}\",\"row\":\"{}\",\"runtime\":\"{}\",\"ns_cpu_per_op\":{:.1},\"instructions_per_op\":{},\"allocations_per_op\":{:.3},\"io_uring_enter_per_op\":{},\"wall_us_per_op\":{:.3}}}",
 				revision,
 				row.name(),
 				runtime.name(),
 				median(runs[r].iter().map(|r| r.cpu_ns).collect()),
+				counts[r].instructions.map_or("null".to_owned(), |i| format!("{i:.1}")),
 				median(runs[r].iter().map(|r| r.allocations).collect()),
-				syscalls[r].map_or("null".to_owned(), |s| format!("{s:.4}")),
+				counts[r].syscalls.map_or("null".to_owned(), |s| format!("{s:.4}")),
 				median(runs[r].iter().map(|r| r.wall_ns).collect()) / 1000.0,
 			);
 		}

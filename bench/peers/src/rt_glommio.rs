@@ -6,7 +6,10 @@ use std::time::Duration;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream, UdpSocket};
 
-use crate::work::{ACK_EVERY, DATAGRAM, Measured, Meter, Row, TIMERS, WINDOW, loopback};
+use crate::work::{
+	ACK_EVERY, DATAGRAM, GRO_BUFFER, Measured, Meter, Row, TIMERS, TRAIN, WINDOW, bulk_sockets, datagrams_in, loopback,
+	next_send,
+};
 
 pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 	// The executor runs the work as a task of its own.
@@ -14,7 +17,8 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 		.spawn(move || async move {
 			match row {
 				Row::UdpPingPong => Ok(udp_ping_pong(ops).await?),
-				Row::UdpBulk => Ok(udp_bulk(ops).await?),
+				Row::UdpBulk => Ok(udp_bulk(ops, 1).await?),
+				Row::UdpBulkGso => Ok(udp_bulk(ops, TRAIN).await?),
 				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 => {
 					Ok(tcp_echo(row.connections(), ops / row.connections(), row.message()).await?)
 				}
@@ -56,30 +60,33 @@ async fn udp_ping_pong(ops: u64) -> io::Result<Measured> {
 	Ok(measured)
 }
 
-async fn udp_bulk(ops: u64) -> io::Result<Measured> {
-	let receiver = UdpSocket::bind(loopback())?;
-	let sender = UdpSocket::bind(loopback())?;
+/// Bulk datagrams, `train` per send (above 1: GSO and GRO set on the sockets).
+async fn udp_bulk(ops: u64, train: u64) -> io::Result<Measured> {
+	let (sender, receiver) = bulk_sockets(train > 1).map_err(io::Error::other)?;
+	let sender = UdpSocket::from(socket2::Socket::from(sender));
+	let receiver = UdpSocket::from(socket2::Socket::from(receiver));
 	let to = receiver.local_addr()?;
 	let meter = Meter::start();
 	let receive = glommio::spawn_local(async move {
 		let mut count = 0u64;
-		let mut buf = vec![0u8; DATAGRAM];
+		let mut buf = vec![0u8; if train > 1 { GRO_BUFFER } else { DATAGRAM }];
 		while count < ops {
-			let (_, from) = receiver.recv_from(&mut buf).await?;
-			count += 1;
+			let (bytes, from) = receiver.recv_from(&mut buf).await?;
+			count += datagrams_in(bytes);
 			if count.is_multiple_of(ACK_EVERY) || count >= ops {
 				receiver.send_to(&count.to_le_bytes(), from).await?;
 			}
 		}
 		Ok::<(), io::Error>(())
 	});
-	let payload = vec![7u8; DATAGRAM];
+	let payload = vec![7u8; DATAGRAM * train as usize];
 	let mut ack = vec![0u8; 64];
 	let (mut sent, mut acked) = (0u64, 0u64);
 	while acked < ops {
 		while sent < ops && sent - acked < WINDOW {
-			sender.send_to(&payload, to).await?;
-			sent += 1;
+			let n = next_send(ops, sent, acked, train);
+			sender.send_to(&payload[..DATAGRAM * n as usize], to).await?;
+			sent += n;
 		}
 		sender.recv_from(&mut ack).await?;
 		acked = u64::from_le_bytes(ack[..8].try_into().map_err(io::Error::other)?);

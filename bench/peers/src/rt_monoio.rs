@@ -7,7 +7,10 @@ use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
 use monoio::net::{TcpListener, TcpStream};
 
-use crate::work::{ACK_EVERY, DATAGRAM, Measured, Meter, Row, TIMERS, WINDOW, loopback};
+use crate::work::{
+	ACK_EVERY, DATAGRAM, GRO_BUFFER, Measured, Meter, Row, TIMERS, TRAIN, WINDOW, bulk_sockets, datagrams_in, loopback,
+	next_send,
+};
 
 pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 	let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
@@ -19,7 +22,8 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 		monoio::spawn(async move {
 			match row {
 				Row::UdpPingPong => udp_ping_pong(ops).await,
-				Row::UdpBulk => udp_bulk(ops).await,
+				Row::UdpBulk => udp_bulk(ops, 1).await,
+				Row::UdpBulkGso => udp_bulk(ops, TRAIN).await,
 				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 => {
 					tcp_echo(row.connections(), ops / row.connections(), row.message()).await
 				}
@@ -67,34 +71,37 @@ async fn udp_ping_pong(ops: u64) -> anyhow::Result<Measured> {
 	Ok(measured)
 }
 
-async fn udp_bulk(ops: u64) -> anyhow::Result<Measured> {
-	let receiver = UdpSocket::bind(loopback())?;
-	let sender = UdpSocket::bind(loopback())?;
+/// Bulk datagrams, `train` per send (above 1: GSO and GRO set on the sockets).
+async fn udp_bulk(ops: u64, train: u64) -> anyhow::Result<Measured> {
+	let (sender, receiver) = bulk_sockets(train > 1)?;
+	let (sender, receiver) = (UdpSocket::from_std(sender)?, UdpSocket::from_std(receiver)?);
 	let to = receiver.local_addr()?;
 	let meter = Meter::start();
 	let receive = monoio::spawn(async move {
 		let mut count = 0u64;
-		let mut buf = Vec::with_capacity(DATAGRAM);
+		let mut buf = Vec::with_capacity(if train > 1 { GRO_BUFFER } else { DATAGRAM });
 		while count < ops {
 			let (received, back) = receiver.recv_from(buf).await;
-			let (_, from) = received?;
+			let (bytes, from) = received?;
 			buf = back;
-			count += 1;
+			count += datagrams_in(bytes);
 			if count.is_multiple_of(ACK_EVERY) || count >= ops {
 				receiver.send_to(count.to_le_bytes().to_vec(), from).await.0?;
 			}
 		}
 		anyhow::Ok(())
 	});
-	let mut payload = vec![7u8; DATAGRAM];
+	let mut payload = vec![7u8; DATAGRAM * train as usize];
 	let mut ack = Vec::with_capacity(64);
 	let (mut sent, mut acked) = (0u64, 0u64);
 	while acked < ops {
 		while sent < ops && sent - acked < WINDOW {
+			let n = next_send(ops, sent, acked, train);
+			payload.truncate(DATAGRAM * n as usize);
 			let (result, back) = sender.send_to(payload, to).await;
 			result?;
 			payload = back;
-			sent += 1;
+			sent += n;
 		}
 		let (received, back) = sender.recv_from(ack).await;
 		received?;

@@ -13,6 +13,10 @@ pub const DATAGRAM: usize = 1200;
 pub const WINDOW: u64 = 64;
 /// A bulk receiver acknowledges every this many datagrams (the cumulative count, 8 bytes).
 pub const ACK_EVERY: u64 = 16;
+/// Datagrams per send in the GSO row: one acknowledgement's worth, 19,200 bytes in one `sendmsg`.
+pub const TRAIN: u64 = ACK_EVERY;
+/// A GRO receiver's buffer: a whole train, whatever the kernel coalesces (UDP's largest payload).
+pub const GRO_BUFFER: usize = 65_535;
 /// Live timers in the timer row.
 pub const TIMERS: u64 = 10_000;
 /// Connections of the many-connections echo row.
@@ -29,6 +33,11 @@ pub enum Row {
 	/// operation is a datagram delivered.
 	#[value(name = "udp-bulk")]
 	UdpBulk,
+	/// The same traffic with segmentation offload: the sender hands over trains of 16 datagrams
+	/// (GSO, one send each) and the receiver takes them coalesced (GRO): an operation is a
+	/// datagram delivered.
+	#[value(name = "udp-bulk-gso")]
+	UdpBulkGso,
 	/// TCP echo of 64-byte messages over one connection: an operation is a round trip.
 	#[value(name = "tcp-echo-64")]
 	TcpEcho64,
@@ -60,9 +69,10 @@ pub enum Row {
 
 impl Row {
 	/// Every row, in the order of the results.
-	pub const ALL: [Self; 10] = [
+	pub const ALL: [Self; 11] = [
 		Self::UdpPingPong,
 		Self::UdpBulk,
+		Self::UdpBulkGso,
 		Self::TcpEcho64,
 		Self::TcpEcho16k,
 		Self::TcpEcho64x100,
@@ -78,6 +88,7 @@ impl Row {
 		match self {
 			Self::UdpPingPong => "udp-ping-pong",
 			Self::UdpBulk => "udp-bulk",
+			Self::UdpBulkGso => "udp-bulk-gso",
 			Self::TcpEcho64 => "tcp-echo-64",
 			Self::TcpEcho16k => "tcp-echo-16k",
 			Self::TcpEcho64x100 => "tcp-echo-64x100",
@@ -94,6 +105,7 @@ impl Row {
 		match self {
 			Self::UdpPingPong => 20_000,
 			Self::UdpBulk => 200_000,
+			Self::UdpBulkGso => 1_000_000,
 			Self::TcpEcho64 => 20_000,
 			Self::TcpEcho16k => 5_000,
 			Self::TcpEcho64x100 => 20_000,
@@ -109,7 +121,7 @@ impl Row {
 	pub fn unit(self) -> &'static str {
 		match self {
 			Self::UdpPingPong | Self::TcpEcho64 | Self::TcpEcho16k | Self::TcpEcho64x100 => "round trip",
-			Self::UdpBulk => "datagram",
+			Self::UdpBulk | Self::UdpBulkGso => "datagram",
 			Self::SpawnJoin => "spawn + join",
 			Self::Timers => "timer firing",
 			Self::CrossThreadWake => "wake",
@@ -183,6 +195,34 @@ impl Meter {
 /// The loopback address with any port.
 pub fn loopback() -> std::net::SocketAddr {
 	"127.0.0.1:0".parse().expect("a valid address")
+}
+
+/// A bulk row's sockets for the peers, bound to loopback: the sender and the receiver. With
+/// `offload`, the sender's `UDP_SEGMENT` option is set to [`DATAGRAM`] (a send of a longer buffer
+/// leaves as a train of datagrams of that size: none of the peers takes the size per send) and
+/// the receiver's `UDP_GRO` is on (a read brings a train coalesced; every datagram of this row is
+/// `DATAGRAM` bytes, so its length says how many). kio sets neither on the socket: it asks for
+/// GSO per send, with a control message, and reads the GRO size from the reply's.
+pub fn bulk_sockets(offload: bool) -> anyhow::Result<(std::net::UdpSocket, std::net::UdpSocket)> {
+	use nix::sys::socket::{setsockopt, sockopt};
+	let sender = std::net::UdpSocket::bind(loopback())?;
+	let receiver = std::net::UdpSocket::bind(loopback())?;
+	if offload {
+		setsockopt(&sender, sockopt::UdpGsoSegment, &(DATAGRAM as i32))?;
+		setsockopt(&receiver, sockopt::UdpGroSegment, &true)?;
+	}
+	Ok((sender, receiver))
+}
+
+/// Datagrams in what one read of a bulk receiver brought (a GRO train of `DATAGRAM`-byte ones).
+pub fn datagrams_in(bytes: usize) -> u64 {
+	bytes.div_ceil(DATAGRAM).max(1) as u64
+}
+
+/// How many datagrams a bulk sender sends next (one send), `sent` and `acked` so far of `ops`:
+/// up to `train`, within the window.
+pub fn next_send(ops: u64, sent: u64, acked: u64, train: u64) -> u64 {
+	train.min(ops - sent).min(WINDOW - (sent - acked))
 }
 
 /// The cross-thread row, the same on every runtime: it uses only a `std` thread, a `std`
