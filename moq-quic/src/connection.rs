@@ -5,7 +5,8 @@
 //! endpoint routed here, the timeout if it passed, endpoint events (each `NeedIdentifiers` answer
 //! goes straight back in; `Drained` lets the endpoint forget the connection), application events
 //! (wakes for readers, writers, acceptors), then the send scheduler and a budgeted
-//! `poll_transmit` loop, and last the timer re-armed from `poll_timeout` (always after
+//! `poll_transmit` loop (after one yield when the events woke the application, so what the woken
+//! tasks write in answer goes out with the ACK), and last the timer re-armed from `poll_timeout` (always after
 //! `poll_transmit`, which may arm pacing). Every application call that can produce output marks
 //! the connection dirty and wakes its driver.
 //!
@@ -202,6 +203,12 @@ pub(crate) struct ConnState {
 	proto: quinn_proto::Connection,
 	inbox: VecDeque<quinn_proto::ConnectionEvent>,
 	dirty: bool,
+	/// This turn woke the application (a stream readable, opened or finished, credit for new
+	/// streams): the transmit waits one yield for what the woken tasks write in answer.
+	woke_application: bool,
+	/// The last turn deferred its transmit (the next one never does: a connection that keeps
+	/// receiving still sends).
+	deferred: bool,
 	driver: WaiterList,
 	established: bool,
 	lost: Option<ConnectionError>,
@@ -259,6 +266,8 @@ impl ConnShared {
 				proto,
 				inbox: VecDeque::new(),
 				dirty: true,
+				woke_application: false,
+				deferred: false,
 				driver: WaiterList::new(),
 				established: false,
 				lost: None,
@@ -373,9 +382,16 @@ impl ConnState {
 			Event::Stream(StreamEvent::Opened { dir }) => {
 				self.grow_allowance(dir);
 				self.accept_waiters[dir_index(dir)].wake();
+				self.woke_application = true;
 			}
-			Event::Stream(StreamEvent::Available { dir }) => self.open_waiters[dir_index(dir)].wake(),
-			Event::Stream(StreamEvent::Readable { id }) => self.wake_stream(id),
+			Event::Stream(StreamEvent::Available { dir }) => {
+				self.open_waiters[dir_index(dir)].wake();
+				self.woke_application = true;
+			}
+			Event::Stream(StreamEvent::Readable { id }) => {
+				self.wake_stream(id);
+				self.woke_application = true;
+			}
 			Event::Stream(StreamEvent::Writable { id }) => {
 				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
 					half.blocked = false;
@@ -387,6 +403,7 @@ impl ConnState {
 			Event::Stream(StreamEvent::Finished { id }) => {
 				self.wake_stream(id);
 				self.collect(id);
+				self.woke_application = true;
 			}
 			Event::Stream(StreamEvent::Stopped { id, error_code }) => {
 				self.on_stopped(id, error_code.into_inner());
@@ -707,6 +724,21 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>) -> Turn {
 		state.lose(reason);
 		return Turn::Drained;
 	}
+	// What arrived woke readers, acceptors or openers: let them run before transmitting, so what
+	// they write in answer (and the stream credit their reads free) leaves in the same packets
+	// as the ACK for what they read. Transmitting at once sent the ACK alone and the answer in a
+	// second datagram: 10,000 short streams over loopback (bench/peers, quic-1000-streams) had
+	// the reader's side send 2,511 datagrams (1,256 ACK and 1,252 MAX_STREAMS frames), now 949
+	// (478 and 473), and the writer's side 1,582 sendmsgs, now 950; CPU per stream 6,145 → 5,060 ns
+	// (medians of 8 alternated runs, CLOCK_PROCESS_CPUTIME_ID), user-space instructions flat
+	// (29.0k → 28.7k, callgrind): the saving is the kernel's.
+	let woke = std::mem::take(&mut state.woke_application);
+	if woke && !state.deferred {
+		state.deferred = true;
+		state.dirty = true;
+		return Turn::Again;
+	}
+	state.deferred = false;
 
 	// The cap on quinn-proto's buffer: about one congestion window past what is in flight. What it
 	// holds unsent is kept to about a batch below, by `unsent`.

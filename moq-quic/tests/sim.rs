@@ -621,3 +621,46 @@ fn send_groups_share_one_round_robin_slot() {
 		"ungrouped, the single stream delivered {alone:.3} of the four's bytes"
 	);
 }
+
+#[test]
+fn the_ack_for_what_a_reader_took_leaves_with_the_stream_credit_its_reads_freed() {
+	// 1,000 short streams, each opened once the peer allows it: the server's answer to each batch
+	// is an ACK and a MAX_STREAMS for the streams its readers finished. The driver lets the
+	// readers it woke run before it transmits, so both go in one datagram; transmitting at once
+	// sent the ACK alone and the credit in a second datagram (seed 1: 167 datagrams for 98 ACKs
+	// and 77 credits then, 108 for 108 and 73 now).
+	const STREAMS: usize = 1000;
+	runtime().block_on(async {
+		let sim = connect(SimConfig::default(), 1).await;
+		let server = sim.server.clone();
+		let reader = kio::spawn(async move {
+			let mut total = 0;
+			for _ in 0..STREAMS {
+				let mut recv = server.accept_uni().await.unwrap();
+				while let Some(chunk) = recv.read().await.unwrap() {
+					total += chunk.len();
+				}
+			}
+			total
+		});
+		for _ in 0..STREAMS {
+			let mut send = queue(&sim.client, None, 0, 1024).await;
+			send.finish().unwrap();
+		}
+		assert_eq!(reader.await.unwrap(), STREAMS * 1024);
+		let stats = sim.server.stats();
+		let (datagrams, acks, credits) = (
+			stats.udp_tx.datagrams,
+			stats.frame_tx.acks,
+			stats.frame_tx.max_streams_uni,
+		);
+		eprintln!("server: {datagrams} datagrams, {acks} ACK frames, {credits} MAX_STREAMS frames");
+		assert!(credits > 10, "the credit was raised only {credits} times");
+		// Every MAX_STREAMS rides with an ACK: the answers are about one datagram each.
+		assert!(
+			datagrams <= acks.max(credits) + acks.max(credits) / 10 + 5,
+			"{datagrams} datagrams for {acks} ACKs and {credits} credits"
+		);
+		assert_lossless(&sim);
+	});
+}
