@@ -21,7 +21,7 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				Row::UdpPingPong => udp_ping_pong(ops).await,
 				Row::UdpBulk => udp_bulk(ops, 1).await,
 				Row::UdpBulkGso => udp_bulk(ops, TRAIN).await,
-				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 => {
+				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 | Row::TcpEcho16kx100 => {
 					tcp_echo(row.connections(), ops / row.connections(), row.message()).await
 				}
 				Row::SpawnJoin => spawn_join(ops).await,

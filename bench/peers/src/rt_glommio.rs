@@ -19,7 +19,7 @@ pub(crate) fn run(row: Row, ops: u64) -> anyhow::Result<Measured> {
 				Row::UdpPingPong => Ok(udp_ping_pong(ops).await?),
 				Row::UdpBulk => Ok(udp_bulk(ops, 1).await?),
 				Row::UdpBulkGso => Ok(udp_bulk(ops, TRAIN).await?),
-				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 => {
+				Row::TcpEcho64 | Row::TcpEcho16k | Row::TcpEcho64x100 | Row::TcpEcho16kx100 => {
 					Ok(tcp_echo(row.connections(), ops / row.connections(), row.message()).await?)
 				}
 				Row::SpawnJoin => spawn_join(ops).await,

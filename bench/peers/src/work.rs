@@ -47,6 +47,9 @@ pub enum Row {
 	/// TCP echo of 64-byte messages over 100 connections at once: an operation is a round trip.
 	#[value(name = "tcp-echo-64x100")]
 	TcpEcho64x100,
+	/// TCP echo of 16 KiB messages over 100 connections at once: an operation is a round trip.
+	#[value(name = "tcp-echo-16kx100")]
+	TcpEcho16kx100,
 	/// Spawn a task and join it, one after the other: an operation is a spawn and its join.
 	#[value(name = "spawn-join")]
 	SpawnJoin,
@@ -69,13 +72,14 @@ pub enum Row {
 
 impl Row {
 	/// Every row, in the order of the results.
-	pub const ALL: [Self; 11] = [
+	pub const ALL: [Self; 12] = [
 		Self::UdpPingPong,
 		Self::UdpBulk,
 		Self::UdpBulkGso,
 		Self::TcpEcho64,
 		Self::TcpEcho16k,
 		Self::TcpEcho64x100,
+		Self::TcpEcho16kx100,
 		Self::SpawnJoin,
 		Self::Timers,
 		Self::CrossThreadWake,
@@ -92,6 +96,7 @@ impl Row {
 			Self::TcpEcho64 => "tcp-echo-64",
 			Self::TcpEcho16k => "tcp-echo-16k",
 			Self::TcpEcho64x100 => "tcp-echo-64x100",
+			Self::TcpEcho16kx100 => "tcp-echo-16kx100",
 			Self::SpawnJoin => "spawn-join",
 			Self::Timers => "timers",
 			Self::CrossThreadWake => "cross-thread-wake",
@@ -109,6 +114,7 @@ impl Row {
 			Self::TcpEcho64 => 20_000,
 			Self::TcpEcho16k => 5_000,
 			Self::TcpEcho64x100 => 20_000,
+			Self::TcpEcho16kx100 => 5_000,
 			Self::SpawnJoin => 200_000,
 			Self::Timers => 5 * TIMERS,
 			Self::CrossThreadWake => 20_000,
@@ -120,7 +126,9 @@ impl Row {
 	/// What one operation is, for the table.
 	pub fn unit(self) -> &'static str {
 		match self {
-			Self::UdpPingPong | Self::TcpEcho64 | Self::TcpEcho16k | Self::TcpEcho64x100 => "round trip",
+			Self::UdpPingPong | Self::TcpEcho64 | Self::TcpEcho16k | Self::TcpEcho64x100 | Self::TcpEcho16kx100 => {
+				"round trip"
+			}
 			Self::UdpBulk | Self::UdpBulkGso => "datagram",
 			Self::SpawnJoin => "spawn + join",
 			Self::Timers => "timer firing",
@@ -133,7 +141,7 @@ impl Row {
 	/// The message size of an echo row.
 	pub fn message(self) -> usize {
 		match self {
-			Self::TcpEcho16k => 16 << 10,
+			Self::TcpEcho16k | Self::TcpEcho16kx100 => 16 << 10,
 			_ => 64,
 		}
 	}
@@ -141,7 +149,7 @@ impl Row {
 	/// Connections of an echo row.
 	pub fn connections(self) -> u64 {
 		match self {
-			Self::TcpEcho64x100 => CONNECTIONS,
+			Self::TcpEcho64x100 | Self::TcpEcho16kx100 => CONNECTIONS,
 			_ => 1,
 		}
 	}
