@@ -13,7 +13,7 @@
 //! - **allocations**: heap allocations per operation (a counting global allocator,
 //!   `stats_alloc`);
 //! - **io_uring_enter** (`--syscalls`): `io_uring_enter` calls per operation, counted by
-//!   `strace -c` over a run of the row and a run of none, subtracted;
+//!   `strace -c` over a run of a tenth of the row's operations and a run of none, subtracted;
 //! - **instructions** (`--callgrind`): user-space instructions per operation, counted by
 //!   callgrind (this machine has no PMU) over a run of a tenth of the row's operations and a run
 //!   of none, subtracted. Exact and repeatable, where CPU time on a shared machine is not; the
@@ -183,8 +183,14 @@ fn main() -> anyhow::Result<()> {
 		}
 		let mut counts = Vec::new();
 		for runtime in &runtimes {
+			// A tenth of the operations, as under callgrind: strace stops the process at every
+			// call, and compio's spawn + join (two calls per operation) took over the child's two
+			// minutes at the full count.
 			let syscalls = match args.syscalls {
-				true => syscalls_per_op(&exe, *runtime, *row, ops)?,
+				true => syscalls_per_op(&exe, *runtime, *row, row_ops(*row, args.scale / 10.0)).unwrap_or_else(|err| {
+					eprintln!("peers: {} on {} under strace: {err:#}", row.name(), runtime.name());
+					None
+				}),
 				false => None,
 			};
 			// Valgrind runs one thread at a time and holds its lock through `io_uring_enter`: a
@@ -393,7 +399,7 @@ fn markdown(args: &Args, results: &Results) -> String {
 		 (user + system, `CLOCK_PROCESS_CPUTIME_ID`, the whole process: both ends and the kernel work done in their context), \
 		 user-space instructions per operation (callgrind, a run of a tenth of the operations minus an empty run; \
 		 exact, but without the kernel's share), allocations per operation (counting allocator), \
-		 io_uring_enter per operation (strace -c, run minus empty run)\n\
+		 io_uring_enter per operation (strace -c, a run of a tenth of the operations minus an empty run)\n\
 		 - rounds: {} (runtimes alternated), medians\n\n\
 		 Every runtime runs the row on one thread with both ends of the traffic, over loopback (`bench/peers/src/work.rs`). \
 		 `kio/peer` is kio's CPU per operation over the peer's, `kio/peer instr` the same for instructions: \
