@@ -203,8 +203,9 @@ pub(crate) struct ConnState {
 	proto: quinn_proto::Connection,
 	inbox: VecDeque<quinn_proto::ConnectionEvent>,
 	dirty: bool,
-	/// This turn woke the application (a stream readable, opened or finished, credit for new
-	/// streams): the transmit waits one yield for what the woken tasks write in answer.
+	/// This turn woke the application with something from the peer to answer (a stream readable
+	/// or opened, credit for new streams): the transmit waits one yield for what the woken tasks
+	/// write in answer.
 	woke_application: bool,
 	/// The last turn deferred its transmit (the next one never does: a connection that keeps
 	/// receiving still sends).
@@ -400,10 +401,12 @@ impl ConnState {
 					}
 				}
 			}
+			// Not an answer's trigger: the peer acknowledged all of a stream we sent. Deferring
+			// for it cost a relay an extra turn per viewer's ACK (+3.2% instructions per
+			// delivered frame, fanout 1x100).
 			Event::Stream(StreamEvent::Finished { id }) => {
 				self.wake_stream(id);
 				self.collect(id);
-				self.woke_application = true;
 			}
 			Event::Stream(StreamEvent::Stopped { id, error_code }) => {
 				self.on_stopped(id, error_code.into_inner());
