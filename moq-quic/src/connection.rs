@@ -360,11 +360,15 @@ impl ConnState {
 		self.lost.clone().map(StreamError::ConnectionLost)
 	}
 
-	fn wake_stream(&mut self, id: StreamId) {
-		if let Some(stream) = self.streams.get_mut(&id) {
-			stream.readable = true;
-			stream.waiters.wake();
-		}
+	/// Wakes the tasks waiting on stream `id`; whether there were any.
+	fn wake_stream(&mut self, id: StreamId) -> bool {
+		let Some(stream) = self.streams.get_mut(&id) else {
+			return false;
+		};
+		stream.readable = true;
+		let woke = !stream.waiters.is_empty();
+		stream.waiters.wake();
+		woke
 	}
 
 	/// Dispatches one application event.
@@ -380,19 +384,22 @@ impl ConnState {
 				}
 			}
 			Event::ConnectionLost { reason } => self.lose(reason),
+			// Each sets `woke_application` only when a task was waiting: quinn-proto raises
+			// `Available` on every MAX_STREAMS, and a relay hears one from most viewers' ACKs with
+			// nobody blocked on opening (deferring for those cost 1.7% instructions per delivered
+			// frame, fanout 1x100).
 			Event::Stream(StreamEvent::Opened { dir }) => {
 				self.grow_allowance(dir);
-				self.accept_waiters[dir_index(dir)].wake();
-				self.woke_application = true;
+				let waiters = &mut self.accept_waiters[dir_index(dir)];
+				self.woke_application |= !waiters.is_empty();
+				waiters.wake();
 			}
 			Event::Stream(StreamEvent::Available { dir }) => {
-				self.open_waiters[dir_index(dir)].wake();
-				self.woke_application = true;
+				let waiters = &mut self.open_waiters[dir_index(dir)];
+				self.woke_application |= !waiters.is_empty();
+				waiters.wake();
 			}
-			Event::Stream(StreamEvent::Readable { id }) => {
-				self.wake_stream(id);
-				self.woke_application = true;
-			}
+			Event::Stream(StreamEvent::Readable { id }) => self.woke_application |= self.wake_stream(id),
 			Event::Stream(StreamEvent::Writable { id }) => {
 				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
 					half.blocked = false;
