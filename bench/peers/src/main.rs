@@ -181,29 +181,29 @@ fn main() -> anyhow::Result<()> {
 				runs[r].push(run);
 			}
 		}
+		// Under a tool, a tenth of the operations: strace stops the process at every call
+		// (compio's spawn + join, two calls per operation, outran the child's two minutes at the
+		// full count), and callgrind runs some fifty times slower.
+		let counted_ops = row_ops(*row, args.scale / 10.0);
+		let count = |tool: Tool, runtime: Runtime| {
+			tool.per_op(&exe, runtime, *row, counted_ops).unwrap_or_else(|err| {
+				eprintln!(
+					"peers: {} on {} under {}: {err:#}",
+					row.name(),
+					runtime.name(),
+					tool.name()
+				);
+				None
+			})
+		};
 		let mut counts = Vec::new();
 		for runtime in &runtimes {
-			// A tenth of the operations, as under callgrind: strace stops the process at every
-			// call, and compio's spawn + join (two calls per operation) took over the child's two
-			// minutes at the full count.
-			let syscalls = match args.syscalls {
-				true => syscalls_per_op(&exe, *runtime, *row, row_ops(*row, args.scale / 10.0)).unwrap_or_else(|err| {
-					eprintln!("peers: {} on {} under strace: {err:#}", row.name(), runtime.name());
-					None
-				}),
-				false => None,
-			};
+			let syscalls = args.syscalls.then(|| count(Tool::Strace, *runtime)).flatten();
 			// Valgrind runs one thread at a time and holds its lock through `io_uring_enter`: a
 			// runtime parked there never lets the waking thread run (kio's child hung).
-			let instructions = match args.callgrind && *row != Row::CrossThreadWake {
-				true => {
-					instructions_per_op(&exe, *runtime, *row, row_ops(*row, args.scale / 10.0)).unwrap_or_else(|err| {
-						eprintln!("peers: {} on {} under callgrind: {err:#}", row.name(), runtime.name());
-						None
-					})
-				}
-				false => None,
-			};
+			let instructions = (args.callgrind && *row != Row::CrossThreadWake)
+				.then(|| count(Tool::Callgrind, *runtime))
+				.flatten();
 			if let Some(instructions) = instructions {
 				eprintln!(
 					"peers: {} {}: {instructions:.0} instructions/{}",
@@ -298,56 +298,81 @@ fn run_child(mut command: Command, runtime: Runtime, row: Row, ops: u64) -> anyh
 	Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// io_uring_enter calls per operation: strace's count over a run of `ops` minus a run of none.
-fn syscalls_per_op(exe: &Path, runtime: Runtime, row: Row, ops: u64) -> anyhow::Result<Option<f64>> {
-	let count = |ops: u64| -> anyhow::Result<u64> {
-		let file = std::env::temp_dir().join(format!("peers-strace-{}", std::process::id()));
-		let mut command = Command::new("strace");
-		command
-			.args(["-f", "-c", "-e", "trace=io_uring_enter", "-o"])
-			.arg(&file)
-			.arg(exe);
-		run_child(command, runtime, row, ops)?;
-		let text = std::fs::read_to_string(&file)?;
-		let _ = std::fs::remove_file(&file);
-		// strace -c: "% time seconds usecs/call calls errors syscall"
-		Ok(text
-			.lines()
-			.find(|line| line.trim_end().ends_with("io_uring_enter"))
-			.and_then(|line| line.split_whitespace().nth(3))
-			.and_then(|calls| calls.parse().ok())
-			.unwrap_or(0))
-	};
-	if Command::new("strace").arg("-V").output().is_err() {
-		return Ok(None);
-	}
-	let (full, none) = (count(ops)?, count(0)?);
-	Ok(Some(full.saturating_sub(none) as f64 / ops as f64))
+/// A counter that runs a child under a tool and reads the tool's report.
+#[derive(Clone, Copy)]
+enum Tool {
+	/// `io_uring_enter` calls, by `strace -c`.
+	Strace,
+	/// User-space instructions, by callgrind.
+	Callgrind,
 }
 
-/// User-space instructions per operation: callgrind's total over a run of `ops` minus a run of
-/// none (`None` without valgrind).
-fn instructions_per_op(exe: &Path, runtime: Runtime, row: Row, ops: u64) -> anyhow::Result<Option<f64>> {
-	let count = |ops: u64| -> anyhow::Result<u64> {
-		let file = std::env::temp_dir().join(format!("peers-callgrind-{}", std::process::id()));
-		let mut command = Command::new("valgrind");
-		command
-			.args(["--tool=callgrind", "--dump-line=no", "--compress-strings=no"])
-			.arg(format!("--callgrind-out-file={}", file.display()))
-			.arg(exe);
-		run_child(command, runtime, row, ops)?;
-		let text = std::fs::read_to_string(&file)?;
-		let _ = std::fs::remove_file(&file);
-		text.lines()
-			.find_map(|line| line.strip_prefix("totals: "))
-			.and_then(|total| total.trim().parse().ok())
-			.context("no totals line in callgrind's output")
-	};
-	if Command::new("valgrind").arg("--version").output().is_err() {
-		return Ok(None);
+impl Tool {
+	fn name(self) -> &'static str {
+		match self {
+			Self::Strace => "strace",
+			Self::Callgrind => "callgrind",
+		}
 	}
-	let (full, none) = (count(ops)?, count(0)?);
-	Ok(Some(full.saturating_sub(none) as f64 / ops as f64))
+
+	fn program(self) -> &'static str {
+		match self {
+			Self::Strace => "strace",
+			Self::Callgrind => "valgrind",
+		}
+	}
+
+	/// The harness `exe` under the tool, which writes its report to `report`.
+	fn command(self, exe: &Path, report: &Path) -> Command {
+		let mut command = Command::new(self.program());
+		match self {
+			Self::Strace => command
+				.args(["-f", "-c", "-e", "trace=io_uring_enter", "-o"])
+				.arg(report),
+			Self::Callgrind => command
+				.args(["--tool=callgrind", "--dump-line=no", "--compress-strings=no"])
+				.arg(format!("--callgrind-out-file={}", report.display())),
+		};
+		command.arg(exe);
+		command
+	}
+
+	/// The count in the tool's report.
+	fn parse(self, report: &str) -> Option<u64> {
+		match self {
+			// strace -c: "% time seconds usecs/call calls errors syscall"; no line, no call.
+			Self::Strace => Some(
+				report
+					.lines()
+					.find(|line| line.trim_end().ends_with("io_uring_enter"))
+					.and_then(|line| line.split_whitespace().nth(3))
+					.and_then(|calls| calls.parse().ok())
+					.unwrap_or(0),
+			),
+			Self::Callgrind => report
+				.lines()
+				.find_map(|line| line.strip_prefix("totals: "))
+				.and_then(|total| total.trim().parse().ok()),
+		}
+	}
+
+	/// The tool's count per operation: over a run of `ops` minus a run of none, so set-up
+	/// cancels. `None` when the tool is not installed.
+	fn per_op(self, exe: &Path, runtime: Runtime, row: Row, ops: u64) -> anyhow::Result<Option<f64>> {
+		if Command::new(self.program()).arg("--version").output().is_err() {
+			return Ok(None);
+		}
+		let count = |ops: u64| -> anyhow::Result<u64> {
+			let report = std::env::temp_dir().join(format!("peers-{}-{}", self.name(), std::process::id()));
+			run_child(self.command(exe, &report), runtime, row, ops)?;
+			let text = std::fs::read_to_string(&report)?;
+			let _ = std::fs::remove_file(&report);
+			self.parse(&text)
+				.with_context(|| format!("no count in {}'s report", self.name()))
+		};
+		let (full, none) = (count(ops)?, count(0)?);
+		Ok(Some(full.saturating_sub(none) as f64 / ops as f64))
+	}
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -422,16 +447,8 @@ fn markdown(args: &Args, results: &Results) -> String {
 			let value = median(cpu.clone());
 			let spread = (cpu.iter().copied().fold(f64::MIN, f64::max) - cpu.iter().copied().fold(f64::MAX, f64::min))
 				/ value * 100.0;
-			let ratio = match (kio, runtime) {
-				(_, Runtime::Kio) | (None, _) => "–".to_owned(),
-				(Some(kio), _) => format!("{:.2}", kio / value),
-			};
-			let instructions_ratio = match (kio_instructions, counts[r].instructions, runtime) {
-				(Some(kio), Some(peer), Runtime::Compio | Runtime::Monoio | Runtime::Glommio) => {
-					format!("{:.2}", kio / peer)
-				}
-				_ => "–".to_owned(),
-			};
+			let ratio = kio_over(*runtime, kio, Some(value));
+			let instructions_ratio = kio_over(*runtime, kio_instructions, counts[r].instructions);
 			let _ = writeln!(
 				out,
 				"| {} | {} | {} | {:.0} | {} | {:.1} | {} | {} | {:.2} | {} | {:.2} |",
@@ -454,6 +471,14 @@ fn markdown(args: &Args, results: &Results) -> String {
 		let _ = writeln!(out, "- `{row}`: {why}.");
 	}
 	out
+}
+
+/// kio's figure over a peer's, for the table ("–" on kio's own row or without both figures).
+fn kio_over(runtime: Runtime, kio: Option<f64>, peer: Option<f64>) -> String {
+	match (runtime, kio, peer) {
+		(Runtime::Kio, ..) | (_, None, _) | (_, _, None) => "–".to_owned(),
+		(_, Some(kio), Some(peer)) => format!("{:.2}", kio / peer),
+	}
 }
 
 fn json(results: &Results) -> String {
