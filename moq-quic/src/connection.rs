@@ -5,8 +5,7 @@
 //! endpoint routed here, the timeout if it passed, endpoint events (each `NeedIdentifiers` answer
 //! goes straight back in; `Drained` lets the endpoint forget the connection), application events
 //! (wakes for readers, writers, acceptors), then the send scheduler and a budgeted
-//! `poll_transmit` loop (after one yield when the events woke the application, so what the woken
-//! tasks write in answer goes out with the ACK), and last the timer re-armed from `poll_timeout` (always after
+//! `poll_transmit` loop, and last the timer re-armed from `poll_timeout` (always after
 //! `poll_transmit`, which may arm pacing). Every application call that can produce output marks
 //! the connection dirty and wakes its driver.
 //!
@@ -203,13 +202,6 @@ pub(crate) struct ConnState {
 	proto: quinn_proto::Connection,
 	inbox: VecDeque<quinn_proto::ConnectionEvent>,
 	dirty: bool,
-	/// This turn woke the application with something from the peer to answer (a stream readable
-	/// or opened, credit for new streams): the transmit waits one yield for what the woken tasks
-	/// write in answer.
-	woke_application: bool,
-	/// The last turn deferred its transmit (the next one never does: a connection that keeps
-	/// receiving still sends).
-	deferred: bool,
 	driver: WaiterList,
 	established: bool,
 	lost: Option<ConnectionError>,
@@ -267,8 +259,6 @@ impl ConnShared {
 				proto,
 				inbox: VecDeque::new(),
 				dirty: true,
-				woke_application: false,
-				deferred: false,
 				driver: WaiterList::new(),
 				established: false,
 				lost: None,
@@ -360,15 +350,11 @@ impl ConnState {
 		self.lost.clone().map(StreamError::ConnectionLost)
 	}
 
-	/// Wakes the tasks waiting on stream `id`; whether there were any.
-	fn wake_stream(&mut self, id: StreamId) -> bool {
-		let Some(stream) = self.streams.get_mut(&id) else {
-			return false;
-		};
-		stream.readable = true;
-		let woke = !stream.waiters.is_empty();
-		stream.waiters.wake();
-		woke
+	fn wake_stream(&mut self, id: StreamId) {
+		if let Some(stream) = self.streams.get_mut(&id) {
+			stream.readable = true;
+			stream.waiters.wake();
+		}
 	}
 
 	/// Dispatches one application event.
@@ -384,22 +370,12 @@ impl ConnState {
 				}
 			}
 			Event::ConnectionLost { reason } => self.lose(reason),
-			// Each sets `woke_application` only when a task was waiting: quinn-proto raises
-			// `Available` on every MAX_STREAMS, and a relay hears one from most viewers' ACKs with
-			// nobody blocked on opening (deferring for those cost 1.7% instructions per delivered
-			// frame, fanout 1x100).
 			Event::Stream(StreamEvent::Opened { dir }) => {
 				self.grow_allowance(dir);
-				let waiters = &mut self.accept_waiters[dir_index(dir)];
-				self.woke_application |= !waiters.is_empty();
-				waiters.wake();
+				self.accept_waiters[dir_index(dir)].wake();
 			}
-			Event::Stream(StreamEvent::Available { dir }) => {
-				let waiters = &mut self.open_waiters[dir_index(dir)];
-				self.woke_application |= !waiters.is_empty();
-				waiters.wake();
-			}
-			Event::Stream(StreamEvent::Readable { id }) => self.woke_application |= self.wake_stream(id),
+			Event::Stream(StreamEvent::Available { dir }) => self.open_waiters[dir_index(dir)].wake(),
+			Event::Stream(StreamEvent::Readable { id }) => self.wake_stream(id),
 			Event::Stream(StreamEvent::Writable { id }) => {
 				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
 					half.blocked = false;
@@ -408,9 +384,6 @@ impl ConnState {
 					}
 				}
 			}
-			// Not an answer's trigger: the peer acknowledged all of a stream we sent. Deferring
-			// for it cost a relay an extra turn per viewer's ACK (+3.2% instructions per
-			// delivered frame, fanout 1x100).
 			Event::Stream(StreamEvent::Finished { id }) => {
 				self.wake_stream(id);
 				self.collect(id);
@@ -734,22 +707,6 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>) -> Turn {
 		state.lose(reason);
 		return Turn::Drained;
 	}
-	// What arrived woke readers, acceptors or openers: let them run before transmitting, so what
-	// they write in answer (and the stream credit their reads free) leaves in the same packets
-	// as the ACK for what they read. Transmitting at once sent the ACK alone and the answer in a
-	// second datagram: 10,000 short streams over loopback (bench/peers, quic-1000-streams) had
-	// the reader's side send 2,511 datagrams (1,256 ACK and 1,252 MAX_STREAMS frames), now 949
-	// (478 and 473), and the writer's side 1,582 sendmsgs, now 950; CPU per stream 5,450 → 3,950 ns
-	// (medians of 8 alternated runs, CLOCK_PROCESS_CPUTIME_ID), user-space instructions flat
-	// (29.0k → 29.8k, callgrind): the saving is the kernel's. The relay's fanout is unchanged
-	// (33,364 against 33,626 instructions per delivered frame, callgrind, same run).
-	let woke = std::mem::take(&mut state.woke_application);
-	if woke && !state.deferred {
-		state.deferred = true;
-		state.dirty = true;
-		return Turn::Again;
-	}
-	state.deferred = false;
 
 	// The cap on quinn-proto's buffer: about one congestion window past what is in flight. What it
 	// holds unsent is kept to about a batch below, by `unsent`.

@@ -83,6 +83,16 @@ fn got(line: &Value) -> Vec<(u64, String)> {
 		.collect()
 }
 
+/// The list of strings under `key` in a driver's JSON line.
+fn strings<'a>(line: &'a Value, key: &str) -> Vec<&'a str> {
+	line[key]
+		.as_array()
+		.unwrap_or_else(|| panic!("no {key} in {line}"))
+		.iter()
+		.map(|item| item.as_str().unwrap())
+		.collect()
+}
+
 /// The browser driver's directory, its packages installed (`npm ci`) if they are not yet.
 fn driver() -> std::path::PathBuf {
 	let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
@@ -153,12 +163,7 @@ fn browsers_and_native_clients_through_the_relay() {
 		consecutive("native → browser", &got(&line));
 
 		let line = next("moq-clock → browser").await;
-		let frames: Vec<&str> = line["frames"]
-			.as_array()
-			.unwrap()
-			.iter()
-			.map(|f| f.as_str().unwrap())
-			.collect();
+		let frames = strings(&line, "frames");
 		let prefix = frames[0].as_bytes();
 		assert!(
 			prefix.len() == 17 && prefix[4] == b'-' && prefix[10] == b' ' && prefix[16] == b':',
@@ -275,12 +280,7 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 
 		let line = next("the page's player").await;
 		assert_eq!(line["step"], "watched", "{line}");
-		let tracks: Vec<&str> = line["tracks"]
-			.as_array()
-			.unwrap()
-			.iter()
-			.map(|t| t.as_str().unwrap())
-			.collect();
+		let tracks = strings(&line, "tracks");
 		assert!(
 			tracks.iter().any(|t| t.ends_with("(video)")),
 			"a video track in the list: {tracks:?}"
@@ -299,12 +299,7 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 
 		let line = next("moq-clock in the page").await;
 		assert_eq!(line["step"], "native", "{line}");
-		let frames: Vec<&str> = line["frames"]
-			.as_array()
-			.unwrap()
-			.iter()
-			.map(|f| f.as_str().unwrap())
-			.collect();
+		let frames = strings(&line, "frames");
 		assert!(frames.len() >= 3, "{frames:?}");
 		assert!(
 			frames
