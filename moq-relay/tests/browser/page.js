@@ -55,7 +55,7 @@ function publishClock(conn, name, interval) {
 }
 
 // Waits for broadcast `name` to be announced, then reads `count` groups of its track "seq":
-// [sequence, first frame as text] each.
+// [sequence, first frame as text, when recvGroup returned it (ms)] each.
 async function watch(conn, name, count) {
 	const announced = conn.announced(Path.empty());
 	for (;;) {
@@ -71,7 +71,8 @@ async function watch(conn, name, count) {
 	while (got.length < count) {
 		const group = await subscriber.recvGroup();
 		if (!group) throw new Error("the track ended after " + got.length + " groups");
-		got.push([group.sequence, await group.readString()]);
+		const arrived = performance.now();
+		got.push([group.sequence, await group.readString(), arrived]);
 	}
 	subscriber.close();
 	return got;
@@ -125,7 +126,8 @@ const lite04 = {
 		while (got.length < count) {
 			const group = await track.recvGroup();
 			if (!group) throw new Error("the track ended after " + got.length + " groups");
-			got.push([group.sequence, await group.readString()]);
+			const arrived = performance.now();
+			got.push([group.sequence, await group.readString(), arrived]);
 		}
 		track.close();
 		return got;
