@@ -576,6 +576,138 @@ fn the_best_route_is_announced_and_the_next_best_takes_over_when_it_goes() {
 }
 
 #[test]
+fn equal_cluster_routes_are_ranked_by_their_chains_whatever_order_they_arrive_in() {
+	// Two relays hear the same two routes of "x" (published on two relays of the cluster) in
+	// opposite orders: both serve the one with the lower chain.
+	for order in [[0, 1], [1, 0]] {
+		let origin = Origin::new(1);
+		let routes = [Route::cluster(vec![7, 20]), Route::cluster(vec![8, 10])];
+		let broadcasts = [BroadcastProducer::new(), BroadcastProducer::new()];
+		let _publications: Vec<_> = order
+			.iter()
+			.map(|&i| {
+				origin
+					.producer()
+					.publish(&Path::new("x"), broadcasts[i].consume(), routes[i].clone())
+					.unwrap()
+			})
+			.collect();
+		let served = origin.consumer().get_broadcast(&Path::new("x")).unwrap();
+		assert!(served.same(&broadcasts[0].consume()), "order {order:?}");
+	}
+	// One chain heard twice (a publisher that came back through the same relays): the newer wins.
+	let origin = Origin::new(1);
+	let (old, new) = (BroadcastProducer::new(), BroadcastProducer::new());
+	let _old = origin
+		.producer()
+		.publish(&Path::new("x"), old.consume(), Route::cluster(vec![7, 20]))
+		.unwrap();
+	let _new = origin
+		.producer()
+		.publish(&Path::new("x"), new.consume(), Route::cluster(vec![7, 20]))
+		.unwrap();
+	let served = origin.consumer().get_broadcast(&Path::new("x")).unwrap();
+	assert!(served.same(&new.consume()));
+	// Between two clients' routes, newer wins even with a higher chain: a publisher reconnecting
+	// takes over from its stale twin.
+	let origin = Origin::new(1);
+	let (old, new) = (BroadcastProducer::new(), BroadcastProducer::new());
+	let _old = origin
+		.producer()
+		.publish(&Path::new("x"), old.consume(), Route::new(vec![3]))
+		.unwrap();
+	let _new = origin
+		.producer()
+		.publish(&Path::new("x"), new.consume(), Route::new(vec![4]))
+		.unwrap();
+	let served = origin.consumer().get_broadcast(&Path::new("x")).unwrap();
+	assert!(served.same(&new.consume()));
+}
+
+#[test]
+fn a_lingering_publication_gives_way_to_any_live_one() {
+	let origin = Origin::new(1);
+	let producer = origin.producer();
+	let mut cursor = origin.consumer().announced(&Path::default());
+	let served = || origin.consumer().get_broadcast(&Path::new("x")).unwrap();
+	// The best route (the lower chain) and a backup.
+	let (best, backup) = (BroadcastProducer::new(), BroadcastProducer::new());
+	let p_best = producer
+		.publish(&Path::new("x"), best.consume(), Route::cluster(vec![7, 10]))
+		.unwrap();
+	let _p_backup = producer
+		.publish(&Path::new("x"), backup.consume(), Route::cluster(vec![7, 30]))
+		.unwrap();
+	assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), true)]);
+	assert!(served().same(&best.consume()));
+	// Its publisher is lost: the live backup takes over at once (heard as the path going and
+	// coming back), and the lingering one stays as a backup.
+	p_best.linger();
+	assert!(served().same(&backup.consume()));
+	assert_eq!(
+		paths(&ready(&mut cursor)),
+		vec![("x".into(), false), ("x".into(), true)]
+	);
+	assert_eq!(origin.backups(), 1);
+	// A lingering publication that is the only one stays announced: nobody hears anything.
+	let lone = Origin::new(1);
+	let mut lone_cursor = lone.consumer().announced(&Path::default());
+	let only = BroadcastProducer::new();
+	let p_only = lone
+		.producer()
+		.publish(&Path::new("y"), only.consume(), Route::new(vec![5]))
+		.unwrap();
+	assert_eq!(paths(&ready(&mut lone_cursor)), vec![("y".into(), true)]);
+	p_only.linger();
+	assert!(ready(&mut lone_cursor).is_empty());
+	// A publisher that comes back takes over, and the lingering one going later is heard by
+	// nobody.
+	let back = BroadcastProducer::new();
+	let _p_back = lone
+		.producer()
+		.publish(&Path::new("y"), back.consume(), Route::new(vec![5]))
+		.unwrap();
+	assert!(
+		lone.consumer()
+			.get_broadcast(&Path::new("y"))
+			.unwrap()
+			.same(&back.consume())
+	);
+	assert_eq!(
+		paths(&ready(&mut lone_cursor)),
+		vec![("y".into(), false), ("y".into(), true)]
+	);
+	drop(p_only);
+	assert!(ready(&mut lone_cursor).is_empty());
+	// A live cluster route outranks a lingering client route, too.
+	let mixed = Origin::new(1);
+	let (client, peer) = (BroadcastProducer::new(), BroadcastProducer::new());
+	let p_client = mixed
+		.producer()
+		.publish(&Path::new("z"), client.consume(), Route::new(vec![5]))
+		.unwrap();
+	let _p_peer = mixed
+		.producer()
+		.publish(&Path::new("z"), peer.consume(), Route::cluster(vec![5, 30]))
+		.unwrap();
+	assert!(
+		mixed
+			.consumer()
+			.get_broadcast(&Path::new("z"))
+			.unwrap()
+			.same(&client.consume())
+	);
+	p_client.linger();
+	assert!(
+		mixed
+			.consumer()
+			.get_broadcast(&Path::new("z"))
+			.unwrap()
+			.same(&peer.consume())
+	);
+}
+
+#[test]
 fn a_cluster_peer_hears_only_local_routes_never_another_peers() {
 	let origin = Origin::new(1);
 	let producer = origin.producer();

@@ -37,9 +37,12 @@
 //!
 //! A path may be published more than once (a publisher reconnecting before its old connection
 //! timed out, routes through several cluster peers). The **best** publication is the one
-//! announced and served ([`Route::outranks`]): a local publisher before a route learned from a
-//! cluster peer, then the shorter hop chain, then the **newest**, so a reconnecting publisher
-//! takes over at once instead of waiting for its stale twin to time out. The others are kept,
+//! announced and served ([`Route::outranks`]): a live publication before one kept only for a
+//! linger after its publisher was lost ([`Publication::linger`]), a local publisher before a
+//! route learned from a cluster peer, then the shorter hop chain, then, between cluster routes,
+//! the lower hop chain (so every relay of a cluster picks the same upstream for a path published
+//! on two relays, whatever order it heard them in), then the **newest**, so a reconnecting
+//! publisher takes over at once instead of waiting for its stale twin to time out. The others are kept,
 //! best last, as backups: when the active one ends, the best remaining backup is announced again
 //! (watchers see the path go, then come back): that is a relay's failover to another route.
 //! Refusing the second publisher instead would leave a reconnecting publisher locked out until its
@@ -89,9 +92,17 @@ impl Route {
 	}
 
 	/// Whether this route is preferred to `other` on its own merits: a client's before a cluster
-	/// peer's, then the shorter hop chain. Between routes neither outranks, the newer wins.
+	/// peer's, then the shorter hop chain, then, between two cluster routes, the lower hop chain
+	/// (compared id by id from the publisher's end), so that every relay of a cluster picks the
+	/// same publisher of a path published on two relays whatever order it heard them in. Between
+	/// routes neither outranks (two clients' routes of one length, or one chain heard twice), the
+	/// newer wins: a reconnecting publisher takes over at once.
 	pub fn outranks(&self, other: &Self) -> bool {
-		(self.cluster, self.hops.len()) < (other.cluster, other.hops.len())
+		let key = |route: &Self| (route.cluster, route.hops.len());
+		match key(self).cmp(&key(other)) {
+			std::cmp::Ordering::Equal => self.cluster && self.hops < other.hops,
+			order => order.is_lt(),
+		}
 	}
 }
 
@@ -110,6 +121,19 @@ struct Announced {
 	broadcast: BroadcastConsumer,
 	route: Route,
 	serial: u64,
+	/// Its publisher was lost and it is kept only for a linger ([`Publication::linger`]): every
+	/// live publication of the path outranks it.
+	lingering: bool,
+}
+
+impl Announced {
+	fn outranks(&self, other: &Self) -> bool {
+		match (self.lingering, other.lingering) {
+			(false, true) => true,
+			(true, false) => false,
+			_ => self.route.outranks(&other.route),
+		}
+	}
 }
 
 struct Cursor {
@@ -400,21 +424,20 @@ impl OriginProducer {
 			let serial = state.serial;
 			let stack = state.broadcasts.entry(path.clone()).or_default();
 			let previous = stack.last().map(|announced| announced.route.clone());
-			// Below every publication whose route outranks this one; above the rest, so it beats
-			// its equals by being newer.
+			let announced = Announced {
+				broadcast,
+				route,
+				serial,
+				lingering: false,
+			};
+			// Below every publication that outranks this one; above the rest, so it beats its
+			// equals by being newer.
 			let at = stack
 				.iter()
-				.position(|announced| announced.route.outranks(&route))
+				.position(|other| other.outranks(&announced))
 				.unwrap_or(stack.len());
 			let active = at == stack.len();
-			stack.insert(
-				at,
-				Announced {
-					broadcast,
-					route,
-					serial,
-				},
-			);
+			stack.insert(at, announced);
 			// A replacement: cursors see the old one go, then the new one come. A backup changes
 			// nothing anyone sees.
 			let wakes = match active {
@@ -452,6 +475,42 @@ pub struct Publication {
 	state: Lock<OriginState>,
 	path: Path,
 	serial: u64,
+}
+
+impl Publication {
+	/// Marks this publication as kept only for a linger after its publisher was lost: every live
+	/// publication of the path outranks it from now on, so a publisher that came back through
+	/// another route (another relay of the cluster, a peer that is still up) is served at once
+	/// instead of when the linger ends. If it was the announced one and a live one is there, the
+	/// live one is announced in its place (watchers see the path go and come back).
+	pub fn linger(&self) {
+		let wakes = {
+			let mut state = self.state.lock();
+			let Some(stack) = state.broadcasts.get_mut(&self.path) else {
+				return;
+			};
+			let Some(index) = stack.iter().position(|announced| announced.serial == self.serial) else {
+				return;
+			};
+			let was_active = index + 1 == stack.len();
+			let mut announced = stack.remove(index);
+			announced.lingering = true;
+			// Above what it still outranks (worst first, so a prefix), below its equals: they
+			// are live, or have lingered longer.
+			let at = stack
+				.iter()
+				.position(|other| !announced.outranks(other))
+				.unwrap_or(stack.len());
+			let old = announced.route.clone();
+			stack.insert(at, announced);
+			let still_active = at + 1 == stack.len();
+			match was_active && !still_active {
+				true => state.replaced(&self.path, Some(&old)),
+				false => Wakes::none(),
+			}
+		};
+		drop(wakes);
+	}
 }
 
 impl Drop for Publication {

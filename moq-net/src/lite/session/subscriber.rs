@@ -51,8 +51,10 @@ impl Mirrored {
 
 	/// Keeps it announced for `linger` after its peer was lost, then ends it as a dropped
 	/// publisher. Its tracks stop now (nothing feeds them); a watcher that holds it simply hears
-	/// nothing new, and a publisher that reconnects meanwhile takes the path over (the newer of
-	/// two equal routes wins), after which this one is a backup nobody sees go.
+	/// nothing new. Any live route of the path outranks it from now on
+	/// ([`Publication::linger`]): one that is there already takes over at once, and so does a
+	/// publisher that reconnects meanwhile, through this relay or another, after which this one
+	/// is a backup nobody sees go.
 	fn linger(self, linger: Duration) {
 		let Self {
 			broadcast,
@@ -60,6 +62,7 @@ impl Mirrored {
 			_charge: charge,
 			..
 		} = self;
+		publication.linger();
 		// Outside a worker (the runtime is being torn down) there is nothing to linger for. The
 		// announcement stays charged (and in the gauges) until it goes.
 		let _detached = kio::try_spawn(async move {
