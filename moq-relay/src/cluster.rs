@@ -14,9 +14,10 @@
 //! - each end mirrors the other's announcements into its origin as cluster routes; a viewer's
 //!   subscription there is forwarded upstream once per track, whatever the number of viewers
 //!   (the track aggregates their demand);
-//! - a path announced by several peers is served from the best route (a local publisher first,
-//!   then the shortest hop chain, then the newest), and fails over to the next when that one
-//!   goes (`moq_net::model::origin`).
+//! - a path announced by several peers is served from the best route (a live one before one
+//!   lingering after its publisher was lost, a local publisher, then the shortest hop chain, then
+//!   the lower chain, so every relay picks the same upstream, then the newest), and fails over
+//!   to the next when that one goes (`moq_net::model::origin`).
 //!
 //! The topology this needs: every relay that has publishers is linked with every relay that has
 //! viewers of them (in practice, a full mesh). Transit (relays passing on what they learned,
