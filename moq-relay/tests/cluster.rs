@@ -250,6 +250,53 @@ fn a_publisher_that_reconnects_within_the_linger_takes_its_path_over() {
 	});
 }
 
+#[test]
+fn a_publisher_lost_on_a_that_comes_back_on_c_is_served_from_c_at_once() {
+	let keys = KeyFile::hs256("cluster-move", KEY);
+	// A linger longer than the test's bound: a relay that waited for it would fail it.
+	let linger = Duration::from_secs(60);
+	let a = member(&keys, 10, &[], linger);
+	let b = member(&keys, 20, &[&a], linger);
+	let c = member(&keys, 30, &[&a, &b], linger);
+	runtime().block_on(async {
+		c.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 2).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&b, 101).await;
+
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "cam");
+		let (first, _first_endpoint) = publishing(&a, &publisher_origin).await;
+		let route = within(LIMIT, "the announcement", announced_route(&viewer_origin, "cam")).await;
+		assert_eq!(route.hops, vec![7, 10, 20]);
+		// Lost abruptly on A, which keeps it announced for the linger...
+		let mut cursor = viewer_origin.consumer().announced(&Path::default());
+		first.connection.close(4, "lost");
+		drop(first);
+		// ...and back on C: A's lingering route gives way to C's live one, A stops announcing a
+		// path it now serves from a peer, and B switches to C's route without waiting.
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "cam");
+		let _second = publishing(&c, &publisher_origin).await;
+		let route = within(LIMIT, "C's route on B", async {
+			loop {
+				let update = cursor.next().await;
+				if update.path == Path::new("cam") && update.route.hops.contains(&30) {
+					return update.route;
+				}
+			}
+		})
+		.await;
+		assert_eq!(route.hops, vec![7, 30, 20]);
+		let mut cursor = video(&viewer_origin, "cam").await;
+		asked(&track).await;
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let got = within(LIMIT, "groups from C", take(&mut cursor, 3)).await;
+		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		assert_eq!(b.metric("moq_relay_broadcasts").await, 1);
+	});
+}
+
 /// The next group of `cursor`, or `Err` after `limit`.
 async fn next_group_within(
 	cursor: &mut moq_net::TrackConsumer,
