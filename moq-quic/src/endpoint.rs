@@ -242,6 +242,12 @@ impl Endpoint {
 		Self(Rc::new(Handle { shared, tasks }))
 	}
 
+	/// The idle timeout of the configuration it was made with ([`Config::idle_timeout`]), for
+	/// connections made with a configuration of their own ([`connect_with`](Self::connect_with)).
+	pub fn idle_timeout(&self) -> std::time::Duration {
+		self.0.shared.state.borrow().config.idle_timeout
+	}
+
 	/// The bound address.
 	pub fn local_addr(&self) -> SocketAddr {
 		self.0.shared.local

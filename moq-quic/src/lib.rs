@@ -87,6 +87,10 @@ pub struct Config {
 	/// [`windows`]) and doubles whenever the peer has half of it open, up to this
 	/// ([`with_max_streams`](Self::with_max_streams)).
 	pub max_streams: u32,
+	/// A connection made with [`with_client`](Self::with_client) or
+	/// [`with_server`](Self::with_server) after it ends when nothing arrives for this long
+	/// ([`DEFAULT_IDLE_TIMEOUT`] unless [`with_idle_timeout`](Self::with_idle_timeout) says).
+	pub idle_timeout: Duration,
 }
 
 impl Config {
@@ -102,7 +106,18 @@ impl Config {
 			handshakes: Arc::new(HandshakeBudget::new(Limits::default())),
 			shared_port: false,
 			max_streams: DEFAULT_MAX_STREAMS,
+			idle_timeout: DEFAULT_IDLE_TIMEOUT,
 		}
+	}
+
+	/// Ends connections made by the next [`with_client`](Self::with_client) or
+	/// [`with_server`](Self::with_server) after `idle` without anything from the peer (the
+	/// negotiated timeout is the smaller of the two ends'), with keep-alives at a third of it (at
+	/// most every 5 s): how soon a peer that vanished without a word (a crash, a lost route) is
+	/// taken for gone.
+	pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+		self.idle_timeout = idle;
+		self
 	}
 
 	/// Caps the streams of each direction a peer may have open at once (see
@@ -143,7 +158,7 @@ impl Config {
 	pub fn with_server(mut self, certificate: &Certificate, alpn: &[&[u8]]) -> Result<Self, tls::TlsError> {
 		let crypto = tls::server_crypto(certificate, alpn)?;
 		let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
-		server.transport_config(Arc::new(transport()));
+		server.transport_config(Arc::new(idle(transport(), self.idle_timeout)));
 		self.server = Some(server);
 		Ok(self)
 	}
@@ -152,7 +167,7 @@ impl Config {
 	pub fn with_client(mut self, verification: &Verification, alpn: &[&[u8]]) -> Result<Self, tls::TlsError> {
 		let crypto = tls::client_crypto(verification, alpn)?;
 		let mut client = quinn_proto::ClientConfig::new(Arc::new(crypto));
-		client.transport_config(Arc::new(transport()));
+		client.transport_config(Arc::new(idle(transport(), self.idle_timeout)));
 		self.client = Some(client);
 		Ok(self)
 	}
@@ -195,6 +210,23 @@ pub fn transport() -> TransportConfig {
 	windows(DEFAULT_STREAM_RECEIVE_WINDOW, DEFAULT_RECEIVE_WINDOW)
 }
 
+/// How long a connection lasts without anything from its peer, by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Keep-alives at most this far apart: a quiet subscriber's connection stays up.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// `transport` ending connections after `timeout` without anything from the peer, with
+/// keep-alives at a third of it (at most every [`KEEP_ALIVE`]).
+pub fn idle(mut transport: TransportConfig, timeout: Duration) -> TransportConfig {
+	let timeout = timeout.clamp(Duration::from_millis(30), Duration::from_secs(3600));
+	transport
+		.max_idle_timeout(Some(
+			timeout.try_into().expect("at most an hour is a valid idle timeout"),
+		))
+		.keep_alive_interval(Some(KEEP_ALIVE.min(timeout / 3)));
+	transport
+}
+
 /// Unread bytes one stream may hold by default.
 pub const DEFAULT_STREAM_RECEIVE_WINDOW: u32 = 1 << 20;
 /// Unread bytes a whole connection may hold by default: several of the largest keyframes in
@@ -220,14 +252,8 @@ pub fn windows(stream: u32, connection: u32) -> TransportConfig {
 		.max_concurrent_bidi_streams(VarInt::from_u32(INITIAL_STREAMS))
 		.stream_receive_window(VarInt::from_u32(stream))
 		.receive_window(VarInt::from_u32(connection.max(stream)))
-		.datagram_receive_buffer_size(Some(64 << 10))
-		.max_idle_timeout(Some(
-			Duration::from_secs(30)
-				.try_into()
-				.expect("30 s is a valid idle timeout"),
-		))
-		.keep_alive_interval(Some(Duration::from_secs(5)));
-	transport
+		.datagram_receive_buffer_size(Some(64 << 10));
+	idle(transport, DEFAULT_IDLE_TIMEOUT)
 }
 
 /// Why a connection could not be started.

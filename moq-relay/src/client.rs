@@ -198,7 +198,9 @@ async fn handshake(
 	verification: &Verification,
 	alpn: &[u8],
 ) -> anyhow::Result<Connection> {
-	let client = moq_quic::Config::new().with_client(verification, &[alpn])?;
+	let client = moq_quic::Config::new()
+		.with_idle_timeout(endpoint.idle_timeout())
+		.with_client(verification, &[alpn])?;
 	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
 	connection.established().await.context("QUIC handshake")?;
 	Ok(connection)
@@ -351,10 +353,15 @@ pub async fn dial_configured(
 
 /// An endpoint for clients, on an ephemeral port of the address family of `relay`.
 pub fn endpoint(relay: SocketAddr) -> anyhow::Result<Endpoint> {
+	endpoint_with(relay, moq_quic::Config::new())
+}
+
+/// [`endpoint`] with `config` (its idle timeout goes to every connection dialled from it).
+pub fn endpoint_with(relay: SocketAddr, config: moq_quic::Config) -> anyhow::Result<Endpoint> {
 	let local: SocketAddr = if relay.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
 		.parse()
 		.expect("a valid address");
-	Endpoint::bind(local, moq_quic::Config::new()).context("binding a UDP socket")
+	Endpoint::bind(local, config).context("binding a UDP socket")
 }
 
 #[cfg(test)]

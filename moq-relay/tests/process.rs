@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{RELAY, Running, lines, spawn_relay, within};
+use common::{KeyFile, RELAY, Running, lines, metric_until_at, runtime, spawn_relay, within};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -218,4 +218,90 @@ fn moq_clock_speaks_the_public_clock_format_and_fails_when_the_relay_goes() {
 		assert!(!status.success(), "{stderr}");
 		assert!(stderr.contains("closed the session"), "{stderr}");
 	}
+}
+
+#[test]
+fn a_viewer_of_a_relay_that_is_killed_reconnects_to_another_of_the_cluster_and_carries_on() {
+	// Three relay processes in a full mesh; a clock published on A, watched through B by a
+	// `moq-clock subscribe --reconnect` that knows B and C. B is killed (SIGKILL: no goodbye to
+	// anyone); the viewer takes it for gone after its 2 s idle timeout and carries on through C,
+	// printing nothing twice.
+	const KEY: &[u8] = b"a process cluster test secret, 32+ bytes";
+	let keys = KeyFile::hs256("process-cluster", KEY);
+	let exp = std::time::SystemTime::now()
+		.duration_since(std::time::UNIX_EPOCH)
+		.unwrap()
+		.as_secs()
+		+ 600;
+	let token = KeyFile(std::env::temp_dir().join(format!("moq-relay-test-{}-cluster.jwt", std::process::id())));
+	std::fs::write(
+		&token.0,
+		moq_relay::auth::sign_hs256(&serde_json::json!({"cluster": true, "exp": exp}), KEY),
+	)
+	.unwrap();
+	let (keys_path, token_path) = (keys.0.display().to_string(), token.0.display().to_string());
+	let member = |id: &str, peers: &[&Running]| {
+		let urls: Vec<String> = peers
+			.iter()
+			.map(|peer| format!("moqt://127.0.0.1:{}/", peer.quic.port()))
+			.collect();
+		let mut args = vec![
+			"--auth-key",
+			&keys_path,
+			"--anonymous",
+			"",
+			"--cluster-token",
+			&token_path,
+			"--cluster-id",
+			id,
+		];
+		for (url, peer) in urls.iter().zip(peers) {
+			args.extend(["--cluster-connect", url, "--cluster-fingerprint", &peer.fingerprint]);
+		}
+		Running::start_with(&args)
+	};
+	let a = member("10", &[]);
+	let b = member("20", &[&a]);
+	let c = member("30", &[&a, &b]);
+	runtime().block_on(async {
+		metric_until_at(LIMIT, c.http, "moq_relay_cluster_links", |n| n == 2).await;
+		metric_until_at(LIMIT, b.http, "moq_relay_cluster_links", |n| n == 1).await;
+	});
+	let on = |relay: &Running| format!("moqt://127.0.0.1:{}/demo", relay.quic.port());
+	let mut publisher = clock(&["--fingerprint", &a.fingerprint, "publish", &on(&a)]);
+	let mut viewer = clock(&[
+		"--fingerprint",
+		&b.fingerprint,
+		"--fingerprint",
+		&c.fingerprint,
+		"--reconnect",
+		"--idle-timeout",
+		"2s",
+		"subscribe",
+		&on(&b),
+		&on(&c),
+	]);
+	let out = lines(viewer.stdout.take().unwrap());
+	let mut seen = Vec::new();
+	for _ in 0..2 {
+		seen.push(out.recv_timeout(LIMIT).expect("a clock line through B"));
+	}
+	b.signal("KILL");
+	let killed = Instant::now();
+	for _ in 0..3 {
+		seen.push(out.recv_timeout(LIMIT).expect("a clock line after B was killed"));
+	}
+	// Back within the idle timeout, a backoff and a handshake.
+	assert!(killed.elapsed() < LIMIT, "{:?}", killed.elapsed());
+	assert!(seen.iter().all(|line| is_clock_line(line)), "{seen:?}");
+	// Strictly rising: no second printed twice, none out of order.
+	assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+	let _ = viewer.kill();
+	let _ = viewer.wait();
+	let mut stderr = String::new();
+	viewer.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+	let through_c = format!("waiting for /demo/clock on 127.0.0.1:{}", c.quic.port());
+	assert!(stderr.contains(&through_c), "{stderr}");
+	let _ = publisher.kill();
+	let _ = publisher.wait();
 }

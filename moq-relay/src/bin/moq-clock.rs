@@ -3,8 +3,11 @@
 //! public clock example's format, so each prints the other's: a group per minute (its sequence
 //! the minute of the hour it started, then rising), whose first frame is the `YYYY-MM-DD HH:MM:`
 //! prefix and each later frame the second, `SS`. `subscribe` prints prefix + second for every
-//! second. When the relay ends the session, either one says so and exits non-zero. Two
-//! terminals and a local relay show data moving end to end:
+//! second. When the relay ends the session, either one says so and exits non-zero, unless
+//! `--reconnect` is given: then it dials the next of its URLs (round robin: the relays of a
+//! cluster, say), for ever, with jittered backoff from 1 s to 10 s, and carries on (a subscriber
+//! prints nothing twice). A relay that vanishes without a word is taken for gone after
+//! `--idle-timeout`. Two terminals and a local relay show data moving end to end:
 //!
 //! ```sh
 //! cargo run --release -p moq-relay
@@ -18,9 +21,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use moq_net::model::{Frame, GroupProducer, Origin, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
+use moq_net::model::{
+	BroadcastConsumer, Frame, GroupProducer, Origin, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
+};
 use moq_quic::Verification;
 use moq_relay::client::{self, Url};
+use moq_relay::cluster::Backoff;
+use moq_relay::config::Span;
 use moq_relay::race::{Either, race};
 
 /// An example moq-lite-05 client: publish a clock track, or subscribe and print it.
@@ -29,33 +36,49 @@ use moq_relay::race::{Either, race};
 struct Args {
 	#[command(subcommand)]
 	command: Command,
-	/// The relay's certificate SHA-256 (hex). Without it (and without --insecure) the client
+	/// The relay's certificate SHA-256 (hex); repeat for relays with other certificates (each
+	/// relay is checked against all of them). Without it (and without --insecure) the client
 	/// fetches it from http://HOST:PORT/certificate.sha256, which suits a local relay only.
 	#[arg(long, global = true, value_name = "HEX")]
-	fingerprint: Option<String>,
+	fingerprint: Vec<String>,
 	/// Skip certificate verification (development only).
 	#[arg(long, global = true)]
 	insecure: bool,
 	/// The broadcast's name under the URL's path.
 	#[arg(long, global = true, default_value = "clock")]
 	broadcast: String,
+	/// When a session ends or a relay cannot be reached, dial the next URL (after the last, the
+	/// first again), for ever, with jittered backoff from 1 s to 10 s; without it, exit non-zero.
+	#[arg(long, global = true)]
+	reconnect: bool,
+	/// How long the relay may stay silent before it is taken for gone (a relay that crashed or
+	/// became unreachable says nothing): the QUIC idle timeout, with keep-alives at a third of it.
+	#[arg(long, global = true, value_name = "DURATION", default_value = "30s")]
+	idle_timeout: Span,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
 	/// Publish a clock: a group per minute, a frame per second.
 	Publish {
-		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...] (WebTransport)
-		url: String,
+		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
+		/// (WebTransport); more than one with --reconnect, tried in turn
+		#[arg(required = true)]
+		urls: Vec<String>,
 	},
 	/// Subscribe to a clock and print what arrives.
 	Subscribe {
-		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...] (WebTransport)
-		url: String,
+		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
+		/// (WebTransport); more than one with --reconnect, tried in turn
+		#[arg(required = true)]
+		urls: Vec<String>,
 	},
 }
 
 const TRACK: &str = "seconds";
+
+/// A session that lasted this long starts the next backoff from its shortest delay again.
+const STABLE: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
 	let args = Args::parse();
@@ -75,102 +98,174 @@ fn main() -> ExitCode {
 	}
 }
 
+/// What a subscriber has printed: the group and the frame index of the last line, so a session
+/// after a reconnect, which starts again at the latest group's first frame, prints nothing twice.
+#[derive(Clone, Copy, Debug, Default)]
+struct Printed(Option<(u64, usize)>);
+
 async fn run(args: Args) -> anyhow::Result<()> {
-	let (publishing, url) = match &args.command {
-		Command::Publish { url } => (true, Url::parse(url)?),
-		Command::Subscribe { url } => (false, Url::parse(url)?),
+	let (publishing, urls) = match &args.command {
+		Command::Publish { urls } => (true, urls),
+		Command::Subscribe { urls } => (false, urls),
 	};
-	let addr = url.resolve()?;
-	let verification = if args.insecure {
-		Verification::Disabled
-	} else {
-		let hex = match &args.fingerprint {
-			Some(hex) => hex.clone(),
-			None => {
-				let response = moq_relay::http::get(addr, "/certificate.sha256")
-					.await
-					.with_context(|| format!("fetching the fingerprint from http://{addr}/certificate.sha256"))?;
-				response.body
-			}
-		};
-		let pin = moq_quic::tls::parse_fingerprint(hex.trim()).context("the fingerprint is not 64 hex digits")?;
-		Verification::Fingerprints(vec![pin])
-	};
-	let endpoint = client::endpoint(addr)?;
+	let urls: Vec<Url> = urls.iter().map(|url| Url::parse(url)).collect::<anyhow::Result<_>>()?;
 	let local = Origin::new(u64::from(std::process::id()).max(1));
 	let name = Path::new(&args.broadcast);
-	if publishing {
-		let (broadcast, _publication) = local.producer().create_broadcast(&name, Default::default())?;
+	// The publisher's clock runs for the whole process, whichever relay carries it.
+	let mut clock = if publishing {
+		let (broadcast, publication) = local.producer().create_broadcast(&name, Default::default())?;
 		let info = TrackInfo {
 			timescale: 1000,
 			latency_max: Duration::from_secs(10),
 			..TrackInfo::default()
 		};
 		let track = broadcast.create_track(TRACK, info)?;
+		Some((
+			kio::spawn(async move { publish_clock(&track).await }),
+			broadcast,
+			publication,
+		))
+	} else {
+		None
+	};
+	let mut printed = Printed::default();
+	let mut backoff = Backoff::new(u64::from(std::process::id()));
+	for url in urls.iter().cycle() {
+		let started = kio::time::now();
+		let ended = match &mut clock {
+			Some((task, ..)) => match race(session(&args, url, &local, None, &mut printed), task).await {
+				Either::Left(ended) => ended,
+				Either::Right(Ok(result)) => return result,
+				Either::Right(Err(err)) => anyhow::bail!("the clock stopped: {err}"),
+			},
+			None => session(&args, url, &local, Some(&name), &mut printed).await,
+		};
+		match ended {
+			// The track ended: the publisher is done, so are we.
+			Ok(None) => return Ok(()),
+			Ok(Some(code)) if !args.reconnect => anyhow::bail!("the relay closed the session (code {code})"),
+			Ok(Some(code)) => eprintln!("moq-clock: the relay closed the session (code {code})"),
+			Err(err) if !args.reconnect => return Err(err),
+			Err(err) => eprintln!("moq-clock: {err:#}"),
+		}
+		if kio::time::now() - started >= STABLE {
+			backoff.reset();
+		}
+		kio::time::sleep(backoff.delay()).await;
+	}
+	unreachable!("the URLs cycle for ever (there is at least one)")
+}
+
+/// One session with the relay at `url`: publishes `local`'s broadcasts, or (`watch` names the
+/// broadcast) mirrors the relay's announcements and prints the clock. `Ok(Some(code))` when the
+/// relay closed the session (or the connection was lost), `Ok(None)` when the clock's track
+/// ended.
+async fn session(
+	args: &Args,
+	url: &Url,
+	local: &Origin,
+	watch: Option<&Path>,
+	printed: &mut Printed,
+) -> anyhow::Result<Option<u64>> {
+	let addr = url.resolve()?;
+	let verification = verification(args, addr).await?;
+	let endpoint = client::endpoint_with(addr, moq_quic::Config::new().with_idle_timeout(args.idle_timeout.0))?;
+	let Some(name) = watch else {
 		let client = client::dial(
 			&endpoint,
 			addr,
-			&url,
+			url,
 			&verification,
 			local.id(),
 			Some(local.consumer()),
 			None,
 		)
-		.await?;
+		.await
+		.with_context(|| format!("connecting to {addr}"))?;
 		eprintln!(
 			"moq-clock: publishing {}/{} on {addr}",
 			url.path.trim_end_matches('/'),
 			args.broadcast
 		);
-		let result = race(client.closed(), publish_clock(&track)).await;
-		match result {
-			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
-			Either::Right(result) => result,
-		}
-	} else {
-		let viewer = Origin::new(u64::from(std::process::id()).max(1));
-		let client = client::dial(
-			&endpoint,
-			addr,
-			&url,
-			&verification,
-			viewer.id(),
-			None,
-			Some(viewer.producer()),
-		)
-		.await?;
-		eprintln!(
-			"moq-clock: waiting for {}/{} on {addr}",
-			url.path.trim_end_matches('/'),
-			args.broadcast
-		);
-		let watch = async {
-			let mut cursor = viewer.consumer().announced(&Path::default());
-			let broadcast = loop {
-				let update = cursor.next().await;
-				if update.path == name
-					&& let Some(broadcast) = update.broadcast
-				{
-					break broadcast;
-				}
-			};
-			let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
-			while let Some(mut group) = track.recv_group().await? {
-				let Some(prefix) = group.read_frame().await? else {
-					continue;
-				};
-				let prefix = String::from_utf8_lossy(&prefix.payload).into_owned();
-				while let Some(second) = group.read_frame().await? {
-					println!("{prefix}{}", String::from_utf8_lossy(&second.payload));
-				}
+		return Ok(Some(client.closed().await));
+	};
+	// A fresh origin per session: nothing mirrored from a relay that went stays behind.
+	let viewer = Origin::new(local.id());
+	let client = client::dial(
+		&endpoint,
+		addr,
+		url,
+		&verification,
+		viewer.id(),
+		None,
+		Some(viewer.producer()),
+	)
+	.await
+	.with_context(|| format!("connecting to {addr}"))?;
+	eprintln!(
+		"moq-clock: waiting for {}/{} on {addr}",
+		url.path.trim_end_matches('/'),
+		args.broadcast
+	);
+	let watch = async {
+		let mut cursor = viewer.consumer().announced(&Path::default());
+		let broadcast = loop {
+			let update = cursor.next().await;
+			if update.path == *name
+				&& let Some(broadcast) = update.broadcast
+			{
+				break broadcast;
 			}
-			anyhow::Ok(())
 		};
-		match race(client.closed(), watch).await {
-			Either::Left(code) => anyhow::bail!("the relay closed the session (code {code})"),
-			Either::Right(result) => result,
+		print_clock(&broadcast, printed).await
+	};
+	match race(client.closed(), watch).await {
+		Either::Left(code) => Ok(Some(code)),
+		Either::Right(result) => result.map(|()| None),
+	}
+}
+
+/// How to check the relay at `addr`: as the flags say, or by the fingerprint it serves.
+async fn verification(args: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Verification> {
+	if args.insecure {
+		return Ok(Verification::Disabled);
+	}
+	let hexes = match args.fingerprint.is_empty() {
+		false => args.fingerprint.clone(),
+		true => {
+			let response = moq_relay::http::get(addr, "/certificate.sha256")
+				.await
+				.with_context(|| format!("fetching the fingerprint from http://{addr}/certificate.sha256"))?;
+			vec![response.body]
+		}
+	};
+	let pins = hexes
+		.iter()
+		.map(|hex| moq_quic::tls::parse_fingerprint(hex.trim()).context("the fingerprint is not 64 hex digits"))
+		.collect::<anyhow::Result<_>>()?;
+	Ok(Verification::Fingerprints(pins))
+}
+
+/// Prints the clock's lines as they come, skipping what `printed` says was printed already.
+async fn print_clock(broadcast: &BroadcastConsumer, printed: &mut Printed) -> anyhow::Result<()> {
+	let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
+	while let Some(mut group) = track.recv_group().await? {
+		let Some(prefix) = group.read_frame().await? else {
+			continue;
+		};
+		let prefix = String::from_utf8_lossy(&prefix.payload).into_owned();
+		let mut index = 0;
+		while let Some(second) = group.read_frame().await? {
+			index += 1;
+			let at = (group.sequence(), index);
+			if printed.0.is_some_and(|last| at <= last) {
+				continue;
+			}
+			println!("{prefix}{}", String::from_utf8_lossy(&second.payload));
+			printed.0 = Some(at);
 		}
 	}
+	Ok(())
 }
 
 /// Publishes the clock until an error: a group per minute, the prefix, then a frame a second.
