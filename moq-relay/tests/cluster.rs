@@ -364,6 +364,58 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 }
 
 #[test]
+fn a_link_whose_peer_went_is_dialled_again_until_the_peer_is_back() {
+	let keys = KeyFile::hs256("cluster-redial", KEY);
+	let a = member(&keys, 10, &[], Duration::from_secs(5));
+	let port = a.bound.quic.port();
+	// B dials A by its address; A comes back with a new certificate, so B checks none.
+	let b = Relay::start_cluster(
+		open_auth(&keys),
+		Cluster {
+			connect: vec![peer_url(&a)],
+			token: Some(cluster_token()),
+			id: Some(20),
+			tls: PeerTls::Insecure,
+			..Cluster::default()
+		},
+	);
+	runtime().block_on(async {
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+	});
+	// A goes: B's link is down, and B dials again (and again) while nothing answers.
+	a.stop().unwrap();
+	runtime().block_on(async {
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 0).await;
+	});
+	// A is back on its port: the link comes up again, and carries a broadcast published on it.
+	let listen = format!("127.0.0.1:{port}").parse().unwrap();
+	let a = Relay::start_cluster_on(
+		listen,
+		open_auth(&keys),
+		Cluster {
+			id: Some(10),
+			token: Some(cluster_token()),
+			..Cluster::default()
+		},
+	);
+	runtime().block_on(async {
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let _publisher = publishing(&a, &publisher_origin).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&b, 101).await;
+		let mut cursor = video(&viewer_origin, "bbb").await;
+		asked(&track).await;
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let got = within(LIMIT, "groups over the new link", take(&mut cursor, 3)).await;
+		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+	});
+}
+
+#[test]
 fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 	let keys = KeyFile::hs256("cluster-webtransport", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(5));

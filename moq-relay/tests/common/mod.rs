@@ -69,7 +69,30 @@ impl Relay {
 		Self::start_full(1, auth, Limits::default(), 64 << 20, cluster)
 	}
 
+	/// A relay of a cluster serving QUIC on `listen` (a port a relay that stopped had, say).
+	pub(crate) fn start_cluster_on(listen: SocketAddr, auth: AuthConfig, cluster: Cluster) -> Self {
+		Self::start_on(listen, 1, auth, Limits::default(), 64 << 20, cluster)
+	}
+
 	pub(crate) fn start_full(
+		workers: usize,
+		auth: AuthConfig,
+		limits: Limits,
+		cache_size: u64,
+		cluster: Cluster,
+	) -> Self {
+		Self::start_on(
+			"127.0.0.1:0".parse().unwrap(),
+			workers,
+			auth,
+			limits,
+			cache_size,
+			cluster,
+		)
+	}
+
+	fn start_on(
+		listen: SocketAddr,
 		workers: usize,
 		auth: AuthConfig,
 		limits: Limits,
@@ -78,7 +101,7 @@ impl Relay {
 	) -> Self {
 		let config = Config {
 			file: None,
-			listen: "127.0.0.1:0".parse().unwrap(),
+			listen,
 			http: Some("127.0.0.1:0".parse().unwrap()),
 			workers,
 			tls: Tls::Generate {
