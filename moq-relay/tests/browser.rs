@@ -29,6 +29,7 @@ use bytes::Bytes;
 use common::*;
 use kio::sync::Queue;
 use moq_net::model::{Frame, Origin, Path as MoqPath, Subscription, Timestamp, TrackInfo};
+use moq_relay::auth::{Anonymous, AuthConfig};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -281,18 +282,33 @@ fn browsers_and_native_clients_through_the_relay() {
 
 /// The relay's own page (`moq-relay/web/`, served at `/`): one page publishes Chromium's fake
 /// camera and microphone under a path typed into it, a second page finds the broadcast in its list
-/// (with the tracks of its catalog), watches it with the public `@moq/watch` player until it has
-/// decoded 30 frames (the player's own counter), shows traffic in its plots, and lists
-/// `moq-clock publish` (a native publisher, as a process) and reads its frames as text; a page
-/// opened with a bad `?jwt=` is refused (the token goes with its connections). A
-/// screenshot of each page is saved in `target/tmp/page-{publish,watch}.png` for a person to look
-/// at.
+/// (with its catalog's format and tracks) and watches it with the public `@moq/watch` player:
+/// Chromium's video decoder puts out 30 frames (counted at the decoder's output callback, whoever
+/// made it), the player shows as many on a canvas that is not blank, and with the sound on the
+/// audio decoder puts out 20 buffers. Its plots show traffic (the latest figures, including the
+/// cache, and a line over three samples or more); an MSF catalog published from the page, under a
+/// name without a format suffix, is found and listed; `moq-clock publish` (a native publisher, as
+/// a process) is listed and its frames read as text; a page opened with a bad `?jwt=` is refused.
+/// On a second relay that lets nobody in without a token, a page without one is refused and pages
+/// opened with a valid `?jwt=` publish and watch. A screenshot of each page is saved in
+/// `target/tmp/page-{publish,watch}.png` for a person to look at.
 #[test]
 #[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
 fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 	let dir = driver();
 	let relay = Relay::start(1);
 	let page = format!("http://127.0.0.1:{}/", relay.bound.http.unwrap().port());
+	const KEY: &[u8] = b"the page test's secret, 32+ bytes long";
+	let keys = KeyFile::hs256("page-auth", KEY);
+	let locked = Relay::start_with(
+		1,
+		AuthConfig {
+			key_file: Some(keys.0.clone()),
+			anonymous: Anonymous::none(),
+		},
+	);
+	let locked_page = format!("http://127.0.0.1:{}/", locked.bound.http.unwrap().port());
+	let token = moq_relay::auth::sign_hs256(&serde_json::json!({"get": "", "put": ""}), KEY);
 	let clock_url = format!("moqt://127.0.0.1:{}/demo", relay.bound.quic.port());
 	let mut clock = Command::new(env!("CARGO_BIN_EXE_moq-clock"))
 		.args(["publish", &clock_url, "--fingerprint", &relay.bound.fingerprint])
@@ -303,7 +319,7 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 	let shots = Path::new(env!("CARGO_TARGET_TMPDIR"));
 	let mut node = Command::new("node")
 		.arg(dir.join("page-run.mjs"))
-		.args([&page, &shots.display().to_string(), "demo/clock"])
+		.args([&page, &shots.display().to_string(), "demo/clock", &locked_page, &token])
 		.stdout(Stdio::piped())
 		.spawn()
 		.expect("node is needed for the browser tests");
@@ -315,6 +331,11 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 
 		let line = next("the page's player").await;
 		assert_eq!(line["step"], "watched", "{line}");
+		// @moq/publish serves its hang catalog both plain and compressed: either may answer first.
+		assert!(
+			["hang", "hangz"].contains(&line["format"].as_str().unwrap()),
+			"a hang catalog: {line}"
+		);
 		let tracks = strings(&line, "tracks");
 		assert!(
 			tracks.iter().any(|t| t.ends_with("(video)")),
@@ -324,13 +345,28 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 			tracks.iter().any(|t| t.ends_with("(audio)")),
 			"an audio track in the list: {tracks:?}"
 		);
-		assert!(line["decoded"].as_u64().unwrap() >= 30, "{line}");
+		assert!(line["decoded"].as_u64().unwrap() >= 30, "video frames decoded: {line}");
+		assert!(line["shown"].as_u64().unwrap() >= 30, "video frames shown: {line}");
+		// A picture, not a blank canvas: Chromium's fake camera draws a moving pattern.
+		assert!(line["colours"].as_u64().unwrap() >= 16, "the canvas: {line}");
+		assert!(line["audio_decoded"].as_u64().unwrap() >= 20, "audio decoded: {line}");
+		assert!(line["audio_bytes"].as_u64().unwrap() > 0, "{line}");
 
 		let line = next("the page's plots").await;
 		assert_eq!(line["step"], "figures", "{line}");
-		for key in ["groups", "bytes_out", "bytes_in", "sessions", "broadcasts"] {
+		for key in ["groups", "bytes_out", "bytes_in", "sessions", "broadcasts", "cache"] {
 			assert!(line["figures"][key].as_f64().unwrap() > 0.0, "{key} plotted: {line}");
 		}
+		assert!(line["samples"].as_u64().unwrap() >= 3, "{line}");
+		assert!(
+			line["drawn"].as_u64().unwrap() >= 2,
+			"a line over the groups' plot: {line}"
+		);
+
+		let line = next("an MSF catalog in the page").await;
+		assert_eq!(line["step"], "msf", "{line}");
+		assert_eq!(line["format"], "msf", "{line}");
+		assert_eq!(strings(&line, "tracks"), ["video0 (video)", "audio0 (audio)"], "{line}");
 
 		let line = next("moq-clock in the page").await;
 		assert_eq!(line["step"], "native", "{line}");
@@ -350,6 +386,15 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 			"the token went with the page's connections: {line}"
 		);
 		assert_eq!(line["connected"], false, "{line}");
+
+		let line = next("the page on a relay that needs a token").await;
+		assert_eq!(line["step"], "auth", "{line}");
+		assert!(line["anonymous_refused"].as_u64().unwrap() >= 1, "{line}");
+		assert_eq!(line["anonymous_connected"], false, "{line}");
+		assert!(
+			line["decoded"].as_u64().unwrap() >= 10,
+			"watched with the token: {line}"
+		);
 
 		let line = next("the screenshots").await;
 		assert_eq!(line["step"], "screenshots", "{line}");

@@ -4,6 +4,8 @@
 // `?jwt=` on the page's URL is passed on to every connection.
 import "@moq/watch/element";
 import "@moq/publish/element";
+import * as Catalog from "@moq/hang/catalog";
+import * as Msf from "@moq/msf";
 import * as Moq from "@moq/net";
 
 const $ = (id) => document.getElementById(id);
@@ -12,11 +14,15 @@ const token = new URLSearchParams(location.search).get("jwt");
 // What the page shows, for tests and the curious (`relayPage` in the console).
 const state = {
 	connected: false,
-	broadcasts: new Map(), // path -> { tracks: string[] | undefined }
+	broadcasts: new Map(), // path -> { format: "hang" | "hangz" | "msf" | undefined, tracks: string[] | undefined }
 	figures: {}, // key -> latest value
+	history: {}, // key -> the plotted samples, oldest first
 	frames: [], // the last frames read by the track reader, as text
 	watching: undefined, // the <moq-watch> element
+	shown: 0, // video frames the player has shown (decoded, then presented)
 	publishing: undefined, // the <moq-publish> element
+	net: Moq, // the client library, for tests that publish from the page
+	connect: () => connect(),
 };
 window.relayPage = state;
 
@@ -86,6 +92,7 @@ async function figures() {
 		figure.value = box.querySelector("b");
 		figure.canvas = box.querySelector("canvas");
 		figure.history = [];
+		state.history[figure.key] = figure.history;
 	}
 	let previous;
 	for (;;) {
@@ -121,32 +128,61 @@ async function figures() {
 
 // --- Broadcasts: the relay's announcements, each with the tracks its catalog names ---
 
-/** Track names of a hang catalog (`catalog.json`). */
-function catalogNames(frame) {
-	const catalog = JSON.parse(new TextDecoder().decode(frame));
+// The catalogs the public publishers produce: hang's `catalog.json` (snapshots and merge-patch
+// deltas), its DEFLATE-compressed sibling `catalog.json.z`, and MSF's `catalog`. A name's suffix
+// (`.hang`, `.msf`) says which; otherwise each is asked for and the first to answer is the one.
+const FORMATS = {
+	hang: (track) => {
+		const consumer = new Catalog.Consumer(track);
+		return () => consumer.next().then((root) => root && hangNames(root));
+	},
+	hangz: (track) => {
+		const consumer = new Catalog.Consumer(track, { compression: true });
+		return () => consumer.next().then((root) => root && hangNames(root));
+	},
+	msf: (track) => () => Msf.fetch(track).then((catalog) => catalog && msfNames(catalog)),
+};
+const FORMAT_TRACKS = { hang: Catalog.TRACK, hangz: Catalog.TRACK_COMPRESSED, msf: "catalog" };
+
+/** Track names of a hang catalog, each with its kind. */
+function hangNames(root) {
 	const names = [];
 	for (const kind of ["video", "audio"]) {
-		for (const name of Object.keys(catalog?.[kind]?.renditions ?? {})) names.push(`${name} (${kind})`);
+		for (const name of Object.keys(root?.[kind]?.renditions ?? {})) names.push(`${name} (${kind})`);
 	}
 	return names;
 }
 
-/** Follows the broadcast's hang catalog (`catalog.json`), if it has one, keeping its track list
- * current in `info` until the broadcast or the connection ends. */
+/** Track names of an MSF catalog, each with its role. */
+function msfNames(catalog) {
+	return catalog.tracks.map((track) => (track.role ? `${track.name} (${track.role})` : track.name));
+}
+
+/** Follows the broadcast's catalog, if it has one, keeping `info` (its format and track list)
+ * current until the broadcast or the connection ends. */
 async function followCatalog(connection, path, info) {
 	const broadcast = connection.consume(Moq.Path.from(path));
-	const track = broadcast.subscribe("catalog.json", 0);
+	const named = Catalog.detectFormat(path);
+	const formats = named ? [named] : Object.keys(FORMATS);
+	const tracks = formats.map((format) => broadcast.subscribe(FORMAT_TRACKS[format], 0));
+	const readers = formats.map((format, i) => FORMATS[format](tracks[i]));
 	try {
-		for (;;) {
-			const frame = await track.readFrame();
-			if (!frame || state.broadcasts.get(path) !== info) break;
-			info.tracks = catalogNames(frame);
+		// The first format whose catalog arrives; the tracks of the others are refused, end
+		// without a frame (a relay that said SUBSCRIBE_OK before it asked upstream), or stay silent.
+		const arrived = (read, i) =>
+			read().then((names) => (names ? [i, names] : Promise.reject(new Error("ended without a catalog"))));
+		const first = await Promise.any(readers.map(arrived));
+		const [winner, names] = first;
+		formats.forEach((_, i) => i !== winner && tracks[i].close());
+		info.format = formats[winner];
+		for (let next = names; next && state.broadcasts.get(path) === info; next = await readers[winner]()) {
+			info.tracks = next;
 			renderBroadcasts();
 		}
 	} catch {
-		// No catalog: a plain broadcast (its tracks can be read by name below).
+		// No catalog in any format: a plain broadcast (its tracks can be read by name below).
 	} finally {
-		track.close();
+		for (const track of tracks) track.close();
 		broadcast.close();
 	}
 }
@@ -161,7 +197,8 @@ function renderBroadcasts() {
 		name.textContent = path;
 		const tracks = document.createElement("span");
 		tracks.className = "tracks";
-		tracks.textContent = info.tracks === undefined ? "no catalog" : info.tracks.join(", ") || "no tracks";
+		tracks.textContent =
+			info.tracks === undefined ? "no catalog" : `${info.format}: ${info.tracks.join(", ") || "no tracks"}`;
 		const watch = document.createElement("button");
 		watch.textContent = "watch";
 		watch.onclick = () => startWatching(path);
@@ -190,7 +227,7 @@ async function broadcasts() {
 				if (!entry) break;
 				const path = String(entry.path);
 				if (entry.active) {
-					const info = { tracks: undefined };
+					const info = { format: undefined, tracks: undefined };
 					state.broadcasts.set(path, info);
 					followCatalog(connection, path, info);
 				} else {
@@ -213,11 +250,16 @@ async function broadcasts() {
 
 // --- The player: the public <moq-watch> element ---
 
+let unwatch;
 function startWatching(path) {
+	unwatch?.();
 	const watch = document.createElement("moq-watch");
 	watch.setAttribute("url", relayUrl().toString());
 	watch.setAttribute("name", path);
-	watch.setAttribute("muted", "");
+	const format = state.broadcasts.get(path)?.format;
+	if (format) watch.setAttribute("catalog-format", format);
+	// Sound off until asked for: a muted player does not fetch the audio at all.
+	if (!$("watch-sound").checked) watch.setAttribute("muted", "");
 	watch.setAttribute("visible", "always");
 	const canvas = document.createElement("canvas");
 	canvas.className = "video";
@@ -225,21 +267,34 @@ function startWatching(path) {
 	$("player").replaceChildren(watch);
 	$("watch-name").textContent = path;
 	state.watching = watch;
+	// A frame is shown when the player presents one with a new timestamp.
+	state.shown = 0;
+	unwatch = watch.backend.video.timestamp.subscribe((timestamp) => {
+		if (timestamp !== undefined) state.shown += 1;
+	});
 }
 
-/** Frames the player decoded (its own counter), or undefined. */
-function decodedFrames() {
-	try {
-		return state.watching?.backend?.video?.stats?.peek()?.frameCount;
-	} catch {
-		return undefined;
-	}
+$("watch-sound").addEventListener("change", () => {
+	if (state.watching) state.watching.muted = !$("watch-sound").checked;
+});
+
+/** What the player has received and shown. */
+function playback() {
+	const backend = state.watching?.backend;
+	if (!backend) return undefined;
+	return {
+		shown: state.shown,
+		videoBytes: backend.video.stats.peek()?.bytesReceived ?? 0,
+		audioBytes: backend.audio.stats.peek()?.bytesReceived ?? 0,
+	};
 }
-state.decodedFrames = decodedFrames;
+state.playback = playback;
 
 setInterval(() => {
-	const frames = decodedFrames();
-	$("watch-stats").textContent = frames === undefined ? "" : `${frames} frames decoded`;
+	const seen = playback();
+	$("watch-stats").textContent = seen
+		? `${seen.shown} frames shown · video ${compact(seen.videoBytes)}B · audio ${compact(seen.audioBytes)}B received`
+		: "";
 }, 1000);
 
 // --- The plain track reader: frames as text ---
