@@ -708,6 +708,47 @@ fn a_lingering_publication_gives_way_to_any_live_one() {
 }
 
 #[test]
+fn a_hidden_prefix_is_neither_seen_nor_used_and_a_transit_prefix_is_passed_on_to_peers() {
+	let origin = Origin::new(1);
+	origin.set_transit(&Path::new("members"));
+	let producer = origin.producer();
+	let (_local, _p_local) = producer
+		.create_broadcast(&Path::new("live/a"), Route::new(vec![5]))
+		.unwrap();
+	let (_member, _p_member) = producer
+		.create_broadcast(&Path::new("members/r2"), Route::cluster(vec![2]))
+		.unwrap();
+	let (_learned, _p_learned) = producer
+		.create_broadcast(&Path::new("live/b"), Route::cluster(vec![2]))
+		.unwrap();
+	// A client's view without "members": it sees and gets the rest only, and cannot publish there.
+	let client = origin.consumer().hide(&Path::new("members"));
+	let mut cursor = client.announced(&Path::default());
+	assert_eq!(
+		paths(&ready(&mut cursor)),
+		vec![("live/a".into(), true), ("live/b".into(), true)]
+	);
+	assert!(client.get_broadcast(&Path::new("members/r2")).is_none());
+	let rooted = origin
+		.producer()
+		.hide(&Path::new("members"))
+		.with_root(&Path::new("members"));
+	assert!(matches!(
+		rooted.create_broadcast(&Path::new("r9"), Route::default()),
+		Err(Error::Unauthorized)
+	));
+	// A peer hears local routes, and peers' routes only under the transit prefix (a peer that
+	// is on their chain hears none of them).
+	let mut peer = origin.consumer().announced_to_peer(&Path::default(), 3);
+	assert_eq!(
+		paths(&ready(&mut peer)),
+		vec![("live/a".into(), true), ("members/r2".into(), true)]
+	);
+	let mut on_chain = origin.consumer().announced_to_peer(&Path::default(), 2);
+	assert_eq!(paths(&ready(&mut on_chain)), vec![("live/a".into(), true)]);
+}
+
+#[test]
 fn a_cluster_peer_hears_only_local_routes_never_another_peers() {
 	let origin = Origin::new(1);
 	let producer = origin.producer();

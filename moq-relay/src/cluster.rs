@@ -27,7 +27,18 @@
 //! A relay shutting down closes its links with Closed (25): its peers withdraw its routes at
 //! once. A link lost abruptly (a crash, a partition: the connection times out) leaves its routes
 //! announced for `[cluster] linger` before they are withdrawn.
+//!
+//! **Discovery.** A relay with `[cluster] node` (its own URL, as peers dial it) announces itself
+//! to its peers at [`MEMBERS`]`/<the URL in hex>`, and every relay passes those announcements on
+//! to its other peers (the one exception to "no transit",
+//! [`Origin::set_transit`](moq_net::model::Origin::set_transit): one entry per
+//! relay, hop chains stopping loops). A relay that hears of a member it has no link with dials it,
+//! if it has no `node` of its own or its URL sorts first (the rule that keeps one link per pair),
+//! and stops dialling it when the announcement goes. So a relay given one peer (a seed) joins the
+//! full mesh, and the mesh needs no list of every relay. Clients never see [`MEMBERS`] and cannot
+//! publish under it ([`OriginConsumer::hide`](moq_net::model::OriginConsumer::hide)).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,6 +47,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kio::sync::Consumer;
 use moq_net::lite::session;
+use moq_net::model::Path;
 use moq_quic::Verification;
 use tracing::{info, warn};
 
@@ -94,6 +106,87 @@ impl Backoff {
 	/// Starts again from [`BACKOFF_MIN`].
 	pub fn reset(&mut self) {
 		self.next = BACKOFF_MIN;
+	}
+}
+
+/// Where the relays of a cluster announce themselves: `MEMBERS/<node URL in hex>`.
+pub const MEMBERS: &str = ".cluster/members";
+
+/// The longest node URL: its hex under [`MEMBERS`] must fit a path.
+pub const MAX_NODE_URL: usize = 400;
+
+/// The path at which the relay reachable at `node` announces itself.
+pub fn member_path(node: &str) -> Path {
+	let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
+	Path::new(MEMBERS).join(&Path::new(&hex))
+}
+
+/// The node URL a path under [`MEMBERS`] (relative to it) names, if it names one.
+fn member_url(relative: &Path) -> Option<String> {
+	let hex = relative.as_str();
+	if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 2 * MAX_NODE_URL {
+		return None;
+	}
+	let bytes = (0..hex.len())
+		.step_by(2)
+		.map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+		.collect::<Option<Vec<u8>>>()?;
+	let url = String::from_utf8(bytes).ok()?;
+	Url::parse(&url).ok().map(|_| url)
+}
+
+/// Whether this relay dials the member at `url` it heard of through `hops` relays: not itself,
+/// not a peer it dials already, not one it heard from directly (one of the two already dialled
+/// the other), and only if it has no URL of its own or its own sorts first (the other dials
+/// otherwise).
+fn dials(own: Option<&str>, configured: &[String], url: &str, hops: usize) -> bool {
+	own != Some(url) && !configured.iter().any(|peer| peer == url) && hops > 1 && own.is_none_or(|own| url > own)
+}
+
+/// Dials the members of the cluster this relay hears of and has no link with, for as long as
+/// each is announced; until shutdown.
+pub(crate) async fn discover(shared: Arc<Shared>, verification: Verification, shutdown: Consumer<()>) {
+	let members = Path::new(MEMBERS);
+	let mut cursor = shared.origin.consumer().announced(&members);
+	let mut dialling: HashMap<String, kio::JoinHandle<()>> = HashMap::new();
+	loop {
+		let update = match race(cursor.next(), shutdown.closed()).await {
+			Either::Left(update) => update,
+			Either::Right(()) => {
+				// Each link closes itself at shutdown.
+				for (_, task) in dialling {
+					let _ = task.await;
+				}
+				return;
+			}
+		};
+		let Some(url) = update.path.strip_prefix(&members).as_ref().and_then(member_url) else {
+			continue;
+		};
+		// A member whose route changed is heard going and coming back: it is gone only if nothing
+		// is announced at its path any more.
+		if update.broadcast.is_none() {
+			if shared.origin.consumer().get_broadcast(&update.path).is_some() {
+				continue;
+			}
+			if let Some(task) = dialling.remove(&url) {
+				info!(peer = url, "cluster member gone");
+				task.abort();
+			}
+			continue;
+		}
+		let hops = update.route.hops.len();
+		if dialling.contains_key(&url) || !dials(shared.cluster.node.as_deref(), &shared.cluster.connect, &url, hops) {
+			continue;
+		}
+		info!(peer = url, "cluster member discovered");
+		let task = kio::spawn(link(
+			shared.clone(),
+			url.clone(),
+			verification.clone(),
+			shutdown.clone(),
+		));
+		dialling.insert(url, task);
 	}
 }
 
@@ -199,6 +292,34 @@ mod tests {
 		assert!(delays[4..].windows(2).any(|w| w[0] != w[1]), "jittered: {delays:?}");
 		backoff.reset();
 		assert!(backoff.delay() <= BACKOFF_MIN);
+	}
+
+	#[test]
+	fn members_are_named_by_their_urls_and_dialled_by_the_lower() {
+		let url = "moqt://relay-b.example:4443/";
+		let path = member_path(url);
+		assert!(path.fits());
+		let relative = path.strip_prefix(&Path::new(MEMBERS)).unwrap();
+		assert_eq!(member_url(&relative).as_deref(), Some(url));
+		for junk in ["", "6", "zz", "6d6f71", "ff00"] {
+			assert_eq!(member_url(&Path::new(junk)), None, "{junk:?}");
+		}
+		let configured = vec!["moqt://c:4443/".to_owned()];
+		assert!(dials(Some("moqt://a:4443/"), &configured, "moqt://b:4443/", 2));
+		assert!(!dials(Some("moqt://c:4443/"), &[], "moqt://b:4443/", 2), "b dials c");
+		assert!(!dials(Some("moqt://b:4443/"), &[], "moqt://b:4443/", 2), "not itself");
+		assert!(
+			!dials(Some("moqt://a:4443/"), &configured, "moqt://c:4443/", 2),
+			"already dialled"
+		);
+		assert!(
+			!dials(Some("moqt://a:4443/"), &[], "moqt://b:4443/", 1),
+			"heard directly: linked"
+		);
+		assert!(
+			dials(None, &[], "moqt://b:4443/", 2),
+			"a relay nobody can dial dials everyone"
+		);
 	}
 
 	#[test]

@@ -130,9 +130,11 @@ pub struct ClusterOptions {
 	#[arg(id = "cluster_connect", long = "cluster-connect", value_name = "URL")]
 	pub connect: Option<Vec<String>>,
 
-	/// This relay's own URL as its peers dial it. With it, every relay can be given the same
-	/// --cluster-connect list: a relay skips its own URL, and of two relays that list each other
-	/// only the one whose URL sorts first dials, so each pair has one link [file: `[cluster] node`].
+	/// This relay's own URL as its peers dial it, announced to them: a relay that hears of a
+	/// member of the cluster it has no link with dials it (if it has no URL of its own or its own
+	/// sorts first), so a relay given one peer (a seed) joins the whole mesh. A --cluster-connect
+	/// list that names this relay too (the same list for every relay) is dialled only toward the
+	/// URLs that sort after this one's, so each pair has one link [file: `[cluster] node`].
 	#[arg(id = "cluster_node", long = "cluster-node", value_name = "URL")]
 	pub node: Option<String>,
 
@@ -537,8 +539,18 @@ impl ClusterOptions {
 		}
 		if let Some(node) = &self.node {
 			crate::client::Url::parse(node).with_context(|| format!("cluster node {node}"))?;
-			// One link per pair: the relay whose URL sorts first dials.
-			connect.retain(|peer| peer.as_str() > node.as_str());
+			if node.len() > crate::cluster::MAX_NODE_URL {
+				bail!(
+					"the cluster node URL is longer than {} bytes",
+					crate::cluster::MAX_NODE_URL
+				);
+			}
+			// The same list for every relay (it names this one too): one link per pair, dialled by
+			// the relay whose URL sorts first. A list without this relay (a seed, say) is dialled
+			// whole.
+			if connect.iter().any(|peer| peer == node) {
+				connect.retain(|peer| peer.as_str() > node.as_str());
+			}
 		}
 		connect.sort();
 		connect.dedup();
@@ -1003,6 +1015,16 @@ mod tests {
 		.unwrap();
 		// One list for every relay: b skips itself, and of a and b only a (sorting first) dials.
 		assert_eq!(config.cluster.connect, vec!["moqt://c:4443/".to_owned()]);
+		// A list that does not name this relay (a seed) is dialled whole, whatever sorts first.
+		let seeded = load(&[
+			"--cluster-connect",
+			"moqt://a:4443/",
+			"--cluster-node",
+			"moqt://b:4443/",
+			"--cluster-insecure",
+		])
+		.unwrap();
+		assert_eq!(seeded.cluster.connect, vec!["moqt://a:4443/".to_owned()]);
 		assert_eq!(config.cluster.tls, PeerTls::Fingerprints(vec![[0xab; 32]]));
 		assert_eq!(config.cluster.id, Some(42));
 		assert_eq!(config.cluster.linger, Duration::from_secs(2));

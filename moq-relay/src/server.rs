@@ -30,7 +30,7 @@ use kio::net::TcpListener;
 use kio::sync::{Consumer, Producer, Queue};
 use moq_net::lite::session::{self, Counters};
 use moq_net::lite::{ErrorCode, Version};
-use moq_net::model::{Origin, Path, Pool};
+use moq_net::model::{Origin, Path, Pool, Route};
 use moq_net::transport::Transport;
 use moq_quic::webtransport;
 use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, h3};
@@ -157,6 +157,19 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		.context("starting the kio runtime (io_uring)")?;
 	let verification = crate::cluster::verification(&config.cluster.tls)?;
 	let origin = Origin::new(config.cluster.id.unwrap_or_else(relay_id));
+	// Which relays there are reaches every relay of a cluster through any of them.
+	let members = Path::new(crate::cluster::MEMBERS);
+	origin.set_transit(&members);
+	// This relay's own membership, announced to its peers for as long as it runs.
+	let _membership = match &config.cluster.node {
+		Some(node) => Some(
+			origin
+				.producer()
+				.create_broadcast(&crate::cluster::member_path(node), Route::default())
+				.context("announcing this relay's node URL")?,
+		),
+		None => None,
+	};
 	let shared = Arc::new(Shared {
 		relay_id: origin.id(),
 		origin,
@@ -262,6 +275,14 @@ async fn serve_worker(
 	shutdown: Consumer<()>,
 ) {
 	let stats_task = kio::spawn(publish_stats(shared.clone(), endpoint.clone(), index));
+	// One worker dials the members it hears of.
+	let discovery = (index == 0).then(|| {
+		kio::spawn(crate::cluster::discover(
+			shared.clone(),
+			verification.clone(),
+			shutdown.clone(),
+		))
+	});
 	let links: Vec<_> = (shared.cluster.connect.iter().enumerate())
 		.filter(|(i, _)| i % kio::worker_count() == index)
 		.map(|(_, peer)| {
@@ -303,6 +324,9 @@ async fn serve_worker(
 	// Each link closes itself at shutdown, within the same deadline.
 	for link in links {
 		let _ = link.await;
+	}
+	if let Some(discovery) = discovery {
+		let _ = discovery.await;
 	}
 	stats_task.abort();
 	shared.endpoints.lock().expect("stats lock")[index] = endpoint.stats();
@@ -516,9 +540,17 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 	} = opened;
 	let root: &Path = &grant.root;
 	// What the peer may watch is what this session publishes to it, and the other way round.
-	let publish =
-		(!grant.subscribe.is_empty()).then(|| shared.origin.consumer().with_root(root).scope(&grant.subscribe));
-	let subscribe = (!grant.publish.is_empty()).then(|| shared.origin.producer().with_root(root).scope(&grant.publish));
+	// A client neither sees nor announces the cluster's members; a peer does both.
+	let members = Path::new(crate::cluster::MEMBERS);
+	let (consumer, producer) = match grant.cluster {
+		true => (shared.origin.consumer(), shared.origin.producer()),
+		false => (
+			shared.origin.consumer().hide(&members),
+			shared.origin.producer().hide(&members),
+		),
+	};
+	let publish = (!grant.subscribe.is_empty()).then(|| consumer.with_root(root).scope(&grant.subscribe));
+	let subscribe = (!grant.publish.is_empty()).then(|| producer.with_root(root).scope(&grant.publish));
 	// A cluster peer carries a whole relay's broadcasts and demand: its own limits, the whole
 	// cache, and only our own clients' routes announced to it. Any other session's ingest fills
 	// at most its share of the cache.
@@ -603,8 +635,8 @@ fn render_metrics(shared: &Shared) -> String {
 	)
 	.gauge(
 		"moq_relay_broadcasts",
-		"Broadcasts announced in the origin.",
-		shared.origin.broadcasts() as u64,
+		"Broadcasts announced in the origin (the cluster's members aside).",
+		shared.origin.broadcasts_outside(&Path::new(crate::cluster::MEMBERS)) as u64,
 	)
 	.counter(
 		"moq_relay_groups_in_total",
@@ -676,8 +708,8 @@ fn render_metrics(shared: &Shared) -> String {
 	)
 	.gauge(
 		"moq_relay_broadcast_backups",
-		"Publications kept as backups behind the announced one.",
-		shared.origin.backups() as u64,
+		"Publications kept as backups behind the announced one (the cluster's members aside).",
+		shared.origin.backups_outside(&Path::new(crate::cluster::MEMBERS)) as u64,
 	)
 	.gauge(
 		"moq_relay_subscriptions",

@@ -415,6 +415,86 @@ fn a_link_whose_peer_went_is_dialled_again_until_the_peer_is_back() {
 	});
 }
 
+/// A UDP port nothing is bound to now (for a relay whose URL must be known before it starts).
+fn free_port() -> u16 {
+	std::net::UdpSocket::bind("127.0.0.1:0")
+		.unwrap()
+		.local_addr()
+		.unwrap()
+		.port()
+}
+
+#[test]
+fn relays_given_one_seed_find_each_other_and_link_directly() {
+	let keys = KeyFile::hs256("cluster-discovery", KEY);
+	let [pa, pb, pc] = [free_port(), free_port(), free_port()];
+	let url = |port: u16| format!("moqt://127.0.0.1:{port}/");
+	// A is the seed; B and C know only A. Every relay says where it can be dialled.
+	let node = |port: u16, connect: Vec<String>, id: u64| {
+		Relay::start_cluster_on(
+			format!("127.0.0.1:{port}").parse().unwrap(),
+			open_auth(&keys),
+			Cluster {
+				connect,
+				node: Some(url(port)),
+				token: Some(cluster_token()),
+				id: Some(id),
+				tls: PeerTls::Insecure,
+				..Cluster::default()
+			},
+		)
+	};
+	let a = node(pa, vec![], 10);
+	let b = node(pb, vec![url(pa)], 20);
+	let c = node(pc, vec![url(pa)], 30);
+	runtime().block_on(async {
+		// B and C dial A, hear of each other through it, and one of them dials the other.
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 2).await;
+		within(LIMIT, "a link between B and C", async {
+			loop {
+				let links = b.metric("moq_relay_cluster_links").await + c.metric("moq_relay_cluster_links").await;
+				let sessions =
+					b.metric("moq_relay_cluster_sessions").await + c.metric("moq_relay_cluster_sessions").await;
+				if links == 3 && sessions == 1 {
+					return;
+				}
+				kio::time::sleep(Duration::from_millis(20)).await;
+			}
+		})
+		.await;
+		// A broadcast on B reaches a viewer on C over that link: no relay passes on another's
+		// broadcasts, so through A it could not.
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "on-b");
+		let _publisher = publishing(&b, &publisher_origin).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&c, 101).await;
+		let route = within(LIMIT, "the announcement", announced_route(&viewer_origin, "on-b")).await;
+		assert_eq!(route.hops, vec![7, 20, 30]);
+		let mut cursor = video(&viewer_origin, "on-b").await;
+		asked(&track).await;
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let got = within(LIMIT, "groups from B on C", take(&mut cursor, 3)).await;
+		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		// Clients see none of the members, and the gauges count media only.
+		let (client_origin, _client, _client_endpoint) = watching(&a, 102).await;
+		within(LIMIT, "the announcement on A", announced(&client_origin, "on-b")).await;
+		let mut everything = client_origin.consumer().announced(&Path::default());
+		while let Some(update) = everything.try_next() {
+			assert!(!update.path.as_str().starts_with(".cluster"), "{:?}", update.path);
+		}
+		assert_eq!(a.metric("moq_relay_broadcasts").await, 1);
+		assert_eq!(a.metric("moq_relay_broadcast_backups").await, 0);
+	});
+	// C leaves: B keeps its link to A only, and does not dial C again.
+	c.stop().unwrap();
+	runtime().block_on(async {
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 0).await;
+	});
+}
+
 #[test]
 fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 	let keys = KeyFile::hs256("cluster-webtransport", KEY);

@@ -143,6 +143,11 @@ struct Cursor {
 	exclude: Option<OriginId>,
 	/// Skip routes learned from cluster peers: this cursor feeds a cluster peer.
 	local_only: bool,
+	/// The origin's transit prefix ([`Origin::set_transit`]): a `local_only` cursor still sees
+	/// peers' routes under it.
+	transit: Option<Path>,
+	/// Absolute prefixes this cursor never sees ([`OriginConsumer::hide`]).
+	hidden: Vec<Path>,
 	/// Paths with a pending update, in the order they first became pending.
 	order: VecDeque<Path>,
 	/// The pending update of each path in `order` (absolute paths).
@@ -160,9 +165,11 @@ struct Pending {
 
 impl Cursor {
 	fn sees(&self, path: &Path, route: Option<&Route>) -> bool {
+		let passed_on = self.transit.as_ref().is_some_and(|transit| path.has_prefix(transit));
 		self.prefixes.iter().any(|prefix| path.has_prefix(prefix))
+			&& !self.hidden.iter().any(|hidden| path.has_prefix(hidden))
 			&& !matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer))
-			&& !(self.local_only && route.is_some_and(|route| route.cluster))
+			&& !(self.local_only && !passed_on && route.is_some_and(|route| route.cluster))
 	}
 
 	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
@@ -240,6 +247,8 @@ struct OriginState {
 	broadcasts: BTreeMap<Path, Vec<Announced>>,
 	cursors: Slab<Cursor>,
 	serial: u64,
+	/// Routes learned from cluster peers under this prefix are passed on to other peers.
+	transit: Option<Path>,
 }
 
 impl OriginState {
@@ -283,8 +292,35 @@ impl Origin {
 				broadcasts: BTreeMap::new(),
 				cursors: Slab::new(),
 				serial: 0,
+				transit: None,
 			}),
 		}
+	}
+
+	/// Passes on routes learned from cluster peers under `prefix` (absolute) to other peers,
+	/// hop chains stopping loops: the one exception to "a cluster peer hears only local routes"
+	/// ([`OriginConsumer::announced_to_peer`]), for what every relay of a cluster must hear from
+	/// every other through any of them, such as which relays there are. Cursors made before the
+	/// call keep the rule they were made with.
+	pub fn set_transit(&self, prefix: &Path) {
+		self.state.lock().transit = Some(prefix.clone());
+	}
+
+	/// Broadcasts announced now outside `prefix` (absolute).
+	pub fn broadcasts_outside(&self, prefix: &Path) -> usize {
+		self.state
+			.lock()
+			.broadcasts
+			.keys()
+			.filter(|path| !path.has_prefix(prefix))
+			.count()
+	}
+
+	/// Publications kept as backups outside `prefix` (absolute).
+	pub fn backups_outside(&self, prefix: &Path) -> usize {
+		let state = self.state.lock();
+		let outside = state.broadcasts.iter().filter(|(path, _)| !path.has_prefix(prefix));
+		outside.map(|(_, stack)| stack.len() - 1).sum()
 	}
 
 	/// This origin's id.
@@ -329,6 +365,8 @@ struct View {
 	state: Lock<OriginState>,
 	root: Path,
 	allowed: Vec<Path>,
+	/// Absolute prefixes this view can neither use nor see.
+	hidden: Vec<Path>,
 }
 
 impl View {
@@ -337,6 +375,18 @@ impl View {
 			state,
 			root: Path::default(),
 			allowed: vec![Path::default()],
+			hidden: Vec::new(),
+		}
+	}
+
+	fn hide(&self, prefix: &Path) -> Self {
+		let mut hidden = self.hidden.clone();
+		hidden.push(self.root.join(prefix));
+		Self {
+			state: self.state.clone(),
+			root: self.root.clone(),
+			allowed: self.allowed.clone(),
+			hidden,
 		}
 	}
 
@@ -356,6 +406,7 @@ impl View {
 			state: self.state.clone(),
 			root: self.root.join(prefix),
 			allowed,
+			hidden: self.hidden.clone(),
 		}
 	}
 
@@ -369,6 +420,7 @@ impl View {
 			state: self.state.clone(),
 			root: self.root.clone(),
 			allowed,
+			hidden: self.hidden.clone(),
 		}
 	}
 
@@ -377,6 +429,9 @@ impl View {
 			return Err(Error::Unauthorized);
 		}
 		let absolute = self.root.join(path);
+		if self.hidden.iter().any(|hidden| absolute.has_prefix(hidden)) {
+			return Err(Error::Unauthorized);
+		}
 		if !absolute.fits() {
 			return Err(Error::BoundsExceeded);
 		}
@@ -402,6 +457,14 @@ impl OriginProducer {
 	pub fn scope(&self, prefixes: &[Path]) -> Self {
 		Self {
 			view: self.view.scope(prefixes),
+		}
+	}
+
+	/// This view without `prefix` (relative to the root): publishing under it is
+	/// [`Error::Unauthorized`], whatever the scope says.
+	pub fn hide(&self, prefix: &Path) -> Self {
+		Self {
+			view: self.view.hide(prefix),
 		}
 	}
 
@@ -566,6 +629,14 @@ impl OriginConsumer {
 		}
 	}
 
+	/// This view without `prefix` (relative to the root): nothing under it is seen or got,
+	/// whatever the scope says.
+	pub fn hide(&self, prefix: &Path) -> Self {
+		Self {
+			view: self.view.hide(prefix),
+		}
+	}
+
 	/// The prefixes this view may see, relative to its root.
 	pub fn allowed(&self) -> &[Path] {
 		&self.view.allowed
@@ -625,16 +696,18 @@ impl OriginConsumer {
 			})
 			.map(|relative| self.view.root.join(&relative))
 			.collect();
+		let mut state = self.view.state.lock();
 		let mut cursor = Cursor {
 			prefixes,
 			root: self.view.root.clone(),
 			exclude,
 			local_only,
+			transit: state.transit.clone(),
+			hidden: self.view.hidden.clone(),
 			order: VecDeque::new(),
 			pending: HashMap::new(),
 			on_update: WaiterList::new(),
 		};
-		let mut state = self.view.state.lock();
 		for (path, stack) in &state.broadcasts {
 			let announced = stack.last().expect("no empty stacks");
 			if cursor.sees(path, Some(&announced.route)) {
