@@ -166,10 +166,12 @@ struct Pending {
 impl Cursor {
 	fn sees(&self, path: &Path, route: Option<&Route>) -> bool {
 		let passed_on = self.transit.as_ref().is_some_and(|transit| path.has_prefix(transit));
+		let learned = route.is_some_and(|route| route.cluster);
+		let through_peer = matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer));
 		self.prefixes.iter().any(|prefix| path.has_prefix(prefix))
 			&& !self.hidden.iter().any(|hidden| path.has_prefix(hidden))
-			&& !matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer))
-			&& !(self.local_only && !passed_on && route.is_some_and(|route| route.cluster))
+			&& !through_peer
+			&& (passed_on || !self.local_only || !learned)
 	}
 
 	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
