@@ -124,7 +124,7 @@ pub fn member_path(node: &str) -> Path {
 /// The node URL a path under [`MEMBERS`] (relative to it) names, if it names one.
 fn member_url(relative: &Path) -> Option<String> {
 	let hex = relative.as_str();
-	if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 2 * MAX_NODE_URL {
+	if hex.is_empty() || !hex.len().is_multiple_of(2) || hex.len() > 2 * MAX_NODE_URL {
 		return None;
 	}
 	let bytes = (0..hex.len())
