@@ -216,7 +216,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
 /// `transport` ending connections after `timeout` without anything from the peer, with
-/// keep-alives at a third of it (at most every [`KEEP_ALIVE`]).
+/// keep-alives at a third of it (at most every 5 s).
 pub fn idle(mut transport: TransportConfig, timeout: Duration) -> TransportConfig {
 	let timeout = timeout.clamp(Duration::from_millis(30), Duration::from_secs(3600));
 	transport
