@@ -746,6 +746,28 @@ fn a_hidden_prefix_is_neither_seen_nor_used_and_a_transit_prefix_is_passed_on_to
 	);
 	let mut on_chain = origin.consumer().announced_to_peer(&Path::default(), 2);
 	assert_eq!(paths(&ready(&mut on_chain)), vec![("live/a".into(), true)]);
+	// Counts outside a prefix skip exactly the paths under it (`members-x` and `membersx` sort
+	// among them but are outside).
+	let (_x, _px) = producer
+		.create_broadcast(&Path::new("members-x"), Route::default())
+		.unwrap();
+	let (_y, _py) = producer
+		.create_broadcast(&Path::new("membersx"), Route::default())
+		.unwrap();
+	let (_z, _pz) = producer
+		.create_broadcast(&Path::new("members/r3"), Route::cluster(vec![3]))
+		.unwrap();
+	let (_w, _pw) = producer
+		.create_broadcast(&Path::new("members/r3"), Route::cluster(vec![3, 4]))
+		.unwrap();
+	assert_eq!(origin.broadcasts(), 6);
+	assert_eq!(origin.broadcasts_outside(&Path::new("members")), 4);
+	assert_eq!(origin.backups(), 1);
+	assert_eq!(origin.backups_outside(&Path::new("members")), 0);
+	assert_eq!(
+		origin.consumer().route(&Path::new("members/r3")),
+		Some(Route::cluster(vec![3]))
+	);
 }
 
 #[test]

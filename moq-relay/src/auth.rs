@@ -43,7 +43,7 @@
 //! - `cluster` (bool, default false): the holder is a relay of this relay's cluster. It is
 //!   granted the whole origin whatever its connection path, `root`, `put` and `get` say; the
 //!   routes it announces are marked as a cluster peer's, and it hears only what this relay's
-//!   own clients publish ([`Grant::cluster`]).
+//!   own clients publish, and which relays the cluster has ([`Grant::cluster`]).
 //!
 //! The names follow the `moq-token` crate used by the other moq-lite relays, so tokens minted
 //! for them work here. Other claims (`sub`, `iat`, …) are ignored. There is no clock leeway.

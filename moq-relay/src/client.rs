@@ -71,6 +71,18 @@ impl Url {
 		})
 	}
 
+	/// The URL in one spelling: scheme, lower-case host (bracketed when IPv6), the port even when
+	/// it is the default, then the path and query as given. Two spellings of one relay compare
+	/// equal this way (`moqt://Relay:4443` and `moqt://relay/`).
+	pub fn canonical(&self) -> String {
+		let scheme = if self.webtransport { "https" } else { "moqt" };
+		let host = self.host.to_ascii_lowercase();
+		match host.contains(':') {
+			true => format!("{scheme}://[{host}]:{}{}", self.port, self.path),
+			false => format!("{scheme}://{host}:{}{}", self.port, self.path),
+		}
+	}
+
 	/// The first address the host resolves to.
 	pub fn resolve(&self) -> anyhow::Result<SocketAddr> {
 		(self.host.as_str(), self.port)
@@ -270,6 +282,14 @@ impl AnyClient {
 		}
 	}
 
+	/// What the relay said in its SETUP.
+	pub fn peer(&self) -> &PeerSetup {
+		match self {
+			Self::Quic(client) => &client.peer,
+			Self::WebTransport(client) => &client.peer,
+		}
+	}
+
 	/// The QUIC connection under the session.
 	pub fn connection(&self) -> &Connection {
 		match self {
@@ -367,6 +387,17 @@ pub fn endpoint_with(relay: SocketAddr, config: moq_quic::Config) -> anyhow::Res
 #[cfg(test)]
 mod tests {
 	use super::*;
+
+	#[test]
+	fn urls_have_one_canonical_spelling() {
+		for (text, canonical) in [
+			("moqt://Relay.Example", "moqt://relay.example:4443/"),
+			("moqt://relay.example:4443/", "moqt://relay.example:4443/"),
+			("https://[::1]:5000/x?jwt=a", "https://[::1]:5000/x?jwt=a"),
+		] {
+			assert_eq!(Url::parse(text).unwrap().canonical(), canonical, "{text}");
+		}
+	}
 
 	#[test]
 	fn urls_parse() {

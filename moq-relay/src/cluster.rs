@@ -8,7 +8,8 @@
 //!
 //! - each end announces to the other **only what its own clients publish**
 //!   ([`OriginConsumer::announced_to_peer`](moq_net::model::OriginConsumer::announced_to_peer)),
-//!   with the hop chain; routes learned from a peer are never passed on to another peer. A
+//!   with the hop chain; routes learned from a peer are never passed on to another peer (the
+//!   cluster's list of members aside, see Discovery below). A
 //!   full mesh of origins, no transit: announce state per broadcast is one entry per relay,
 //!   where re-announcing every learned route to every peer grows with the square of the relays;
 //! - each end mirrors the other's announcements into its origin as cluster routes; a viewer's
@@ -41,7 +42,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -115,16 +117,23 @@ pub const MEMBERS: &str = ".cluster/members";
 /// The longest node URL: its hex under [`MEMBERS`] must fit a path.
 pub const MAX_NODE_URL: usize = 400;
 
+/// Members a relay dials because it heard of them, at most: the peers that tell it of members
+/// hold the cluster token, but a misconfigured one should not make every relay dial without
+/// bound. Past it, further members are not dialled (and the relay says so).
+pub const MAX_DISCOVERED: usize = 256;
+
 /// The path at which the relay reachable at `node` announces itself.
 pub fn member_path(node: &str) -> Path {
 	let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
 	Path::new(MEMBERS).join(&Path::new(&hex))
 }
 
-/// The node URL a path under [`MEMBERS`] (relative to it) names, if it names one.
+/// The node URL a path under [`MEMBERS`] (relative to it) names, in its one spelling
+/// ([`Url::canonical`]), if it names one: lower-case hex of a URL, as [`member_path`] writes it.
 fn member_url(relative: &Path) -> Option<String> {
 	let hex = relative.as_str();
-	if hex.is_empty() || !hex.len().is_multiple_of(2) || hex.len() > 2 * MAX_NODE_URL {
+	let digits = hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+	if hex.is_empty() || !digits || !hex.len().is_multiple_of(2) || hex.len() > 2 * MAX_NODE_URL {
 		return None;
 	}
 	let bytes = (0..hex.len())
@@ -132,7 +141,7 @@ fn member_url(relative: &Path) -> Option<String> {
 		.map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
 		.collect::<Option<Vec<u8>>>()?;
 	let url = String::from_utf8(bytes).ok()?;
-	Url::parse(&url).ok().map(|_| url)
+	Url::parse(&url).ok().map(|url| url.canonical())
 }
 
 /// Whether this relay dials the member at `url` it heard of through `hops` relays: not itself,
@@ -179,6 +188,14 @@ pub(crate) async fn discover(shared: Arc<Shared>, verification: Verification, sh
 		if dialling.contains_key(&url) || !dials(shared.cluster.node.as_deref(), &shared.cluster.connect, &url, hops) {
 			continue;
 		}
+		if dialling.len() >= MAX_DISCOVERED {
+			warn!(
+				peer = url,
+				max = MAX_DISCOVERED,
+				"cluster member not dialled: too many discovered"
+			);
+			continue;
+		}
 		info!(peer = url, "cluster member discovered");
 		let task = kio::spawn(link(
 			shared.clone(),
@@ -202,6 +219,12 @@ fn with_token(url: &Url, token: Option<&str>) -> Url {
 
 /// Keeps the link to `peer` up until shutdown: dial, serve the session until it ends, wait the
 /// backoff, dial again.
+///
+/// One link per pair: two relays that dial each other (each listed the other, or one found the
+/// other while their link was down) end up with two sessions, and the relay with the higher
+/// origin id closes the one it dialled as soon as it sees the other (its peer's session toward
+/// it, [`Shared::inbound_peers`]), then dials again only once that one has ended. Both ends
+/// apply the same rule, so they agree on the link they keep.
 pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verification, shutdown: Consumer<()>) {
 	let Ok(url) = Url::parse(&peer) else {
 		// Checked when the configuration was read.
@@ -209,25 +232,59 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 	};
 	let url = with_token(&url, shared.cluster.token.as_deref());
 	let mut backoff = Backoff::new(shared.relay_id ^ peer.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b)));
+	let inbound = shared.inbound_peers.consume();
+	// The peer's origin id, once a session told it.
+	let mut peer_id = None;
 	loop {
+		// The peer's own session toward us is the pair's link: wait for it to end.
+		if let Some(id) = peer_id.filter(|&id| shared.relay_id > id) {
+			let ended = inbound.wait(|peers| {
+				if peers.contains_key(&id) {
+					Poll::Pending
+				} else {
+					Poll::Ready(())
+				}
+			});
+			if let Either::Right(()) = race(ended, shutdown.closed()).await {
+				return;
+			}
+		}
 		let started = kio::time::now();
 		match race(dial(&shared, &url, &verification), shutdown.closed()).await {
 			Either::Right(()) => return,
 			Either::Left(Err(err)) => warn!(peer, err = %format!("{err:#}"), "cluster peer unreachable"),
 			Either::Left(Ok((client, endpoint))) => {
-				info!(peer, "cluster link up");
-				shared.cluster_links.fetch_add(1, Ordering::Relaxed);
-				let ended = race(client.closed(), shutdown.closed()).await;
-				shared.cluster_links.fetch_sub(1, Ordering::Relaxed);
-				if let Either::Right(()) = ended {
-					// Leaving the cluster: the peer withdraws our routes at once on Closed.
-					client.close(SHUTDOWN_CODE);
-					drop(client);
-					let _ = race(endpoint.drained(), kio::time::sleep(shared.shutdown_timeout)).await;
-					return;
-				}
-				if let Either::Left(code) = ended {
-					warn!(peer, code, "cluster link lost");
+				let id = client.peer().origin;
+				peer_id = Some(id);
+				info!(peer, id, "cluster link up");
+				let _up = Counted::new(&shared.cluster_links);
+				// Ours is the link to drop if the peer's session toward us is open too.
+				let twin = async {
+					match shared.relay_id > id {
+						true => inbound
+							.wait(|peers| match peers.contains_key(&id) {
+								true => Poll::Ready(()),
+								false => Poll::Pending,
+							})
+							.await
+							.ok(),
+						false => std::future::pending().await,
+					}
+				};
+				match race(race(client.closed(), twin), shutdown.closed()).await {
+					Either::Right(()) => {
+						// Leaving the cluster: the peer withdraws our routes at once on Closed.
+						client.close(SHUTDOWN_CODE);
+						drop(client);
+						let _ = race(endpoint.drained(), kio::time::sleep(shared.shutdown_timeout)).await;
+						return;
+					}
+					Either::Left(Either::Right(_)) => {
+						info!(peer, id, "cluster peer linked toward us too: keeping its link");
+						client.close(SHUTDOWN_CODE);
+						continue;
+					}
+					Either::Left(Either::Left(code)) => warn!(peer, code, "cluster link lost"),
 				}
 				if kio::time::now() - started >= STABLE {
 					backoff.reset();
@@ -237,6 +294,22 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 		if let Either::Right(()) = race(kio::time::sleep(backoff.delay()), shutdown.closed()).await {
 			return;
 		}
+	}
+}
+
+/// Counts a link as up in a gauge while it lives, however its task ends.
+struct Counted<'a>(&'a AtomicU64);
+
+impl<'a> Counted<'a> {
+	fn new(gauge: &'a AtomicU64) -> Self {
+		gauge.fetch_add(1, Ordering::Relaxed);
+		Self(gauge)
+	}
+}
+
+impl Drop for Counted<'_> {
+	fn drop(&mut self) {
+		self.0.fetch_sub(1, Ordering::Relaxed);
 	}
 }
 
@@ -301,7 +374,7 @@ mod tests {
 		assert!(path.fits());
 		let relative = path.strip_prefix(&Path::new(MEMBERS)).unwrap();
 		assert_eq!(member_url(&relative).as_deref(), Some(url));
-		for junk in ["", "6", "zz", "6d6f71", "ff00"] {
+		for junk in ["", "6", "zz", "6d6f71", "ff00", "+6d", "6D6F"] {
 			assert_eq!(member_url(&Path::new(junk)), None, "{junk:?}");
 		}
 		let configured = vec!["moqt://c:4443/".to_owned()];

@@ -533,12 +533,21 @@ impl Options {
 
 impl ClusterOptions {
 	fn resolve(self) -> anyhow::Result<Cluster> {
-		let mut connect = self.connect.unwrap_or_default();
-		for url in &connect {
-			crate::client::Url::parse(url).with_context(|| format!("cluster peer {url}"))?;
-		}
-		if let Some(node) = &self.node {
-			crate::client::Url::parse(node).with_context(|| format!("cluster node {node}"))?;
+		// Every URL in one spelling, so that two spellings of one relay compare equal.
+		let canonical = |url: &str, what: &str| {
+			crate::client::Url::parse(url)
+				.map(|url| url.canonical())
+				.with_context(|| format!("{what} {url}"))
+		};
+		let mut connect = (self.connect.unwrap_or_default().iter())
+			.map(|url| canonical(url, "cluster peer"))
+			.collect::<anyhow::Result<Vec<_>>>()?;
+		let node = self
+			.node
+			.as_deref()
+			.map(|node| canonical(node, "cluster node"))
+			.transpose()?;
+		if let Some(node) = &node {
 			if node.len() > crate::cluster::MAX_NODE_URL {
 				bail!(
 					"the cluster node URL is longer than {} bytes",
@@ -595,7 +604,7 @@ impl ClusterOptions {
 		};
 		Ok(Cluster {
 			connect,
-			node: self.node,
+			node,
 			token,
 			id: self.id,
 			linger: self.linger.map_or(DEFAULT_LINGER, |s| s.0),

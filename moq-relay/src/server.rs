@@ -19,6 +19,7 @@
 //! accepting, closes its connections with [`SHUTDOWN_CODE`], and waits for them to drain, for at
 //! most the configured deadline; then the runtime ends.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +61,9 @@ pub(crate) struct Shared {
 	pub(crate) cluster_links: AtomicU64,
 	/// Sessions of cluster peers that dialled this relay, open now.
 	cluster_sessions: AtomicU64,
+	/// Those sessions by the peer's origin id (how many of each): a relay that also dialled one of
+	/// them keeps one link of the two ([`crate::cluster::link`]).
+	pub(crate) inbound_peers: Producer<HashMap<u64, usize>>,
 	connections: AtomicU64,
 	connections_open: AtomicU64,
 	sessions: AtomicU64,
@@ -181,6 +185,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		cluster: config.cluster.clone(),
 		cluster_links: AtomicU64::new(0),
 		cluster_sessions: AtomicU64::new(0),
+		inbound_peers: Producer::new(HashMap::new()),
 		connections: AtomicU64::new(0),
 		connections_open: AtomicU64::new(0),
 		sessions: AtomicU64::new(0),
@@ -567,7 +572,9 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 		config.limits = shared.limits.session;
 		config.pool = Some(shared.pool.child(share));
 	}
-	let cluster_session = grant.cluster.then(|| Decrement(&shared.cluster_sessions));
+	let cluster_session = grant
+		.cluster
+		.then(|| (Decrement(&shared.cluster_sessions), Inbound::new(shared, peer.origin)));
 	shared.sessions.fetch_add(1, Ordering::Relaxed);
 	shared.worker_sessions[worker].fetch_add(1, Ordering::Relaxed);
 	let worker_session = Decrement(&shared.worker_sessions[worker]);
@@ -597,6 +604,31 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 }
 
 struct Decrement<'a>(&'a AtomicU64);
+
+/// A cluster peer's session open toward us, counted under its origin id while it lasts.
+struct Inbound<'a>(&'a Shared, u64);
+
+impl<'a> Inbound<'a> {
+	fn new(shared: &'a Shared, peer: u64) -> Self {
+		if let Ok(mut peers) = shared.inbound_peers.write() {
+			*peers.entry(peer).or_default() += 1;
+		}
+		Self(shared, peer)
+	}
+}
+
+impl Drop for Inbound<'_> {
+	fn drop(&mut self) {
+		if let Ok(mut peers) = self.0.inbound_peers.write()
+			&& let Some(count) = peers.get_mut(&self.1)
+		{
+			*count -= 1;
+			if *count == 0 {
+				peers.remove(&self.1);
+			}
+		}
+	}
+}
 
 impl Drop for Decrement<'_> {
 	fn drop(&mut self) {

@@ -496,6 +496,70 @@ fn relays_given_one_seed_find_each_other_and_link_directly() {
 }
 
 #[test]
+fn two_relays_that_dial_each_other_keep_one_link() {
+	let keys = KeyFile::hs256("cluster-twins", KEY);
+	let [pa, pb] = [free_port(), free_port()];
+	let url = |port: u16| format!("moqt://127.0.0.1:{port}/");
+	// Each lists the other, and neither says where it is: both dial.
+	let twin = |port: u16, peer: u16, id: u64| {
+		Relay::start_cluster_on(
+			format!("127.0.0.1:{port}").parse().unwrap(),
+			open_auth(&keys),
+			Cluster {
+				connect: vec![url(peer)],
+				token: Some(cluster_token()),
+				id: Some(id),
+				tls: PeerTls::Insecure,
+				..Cluster::default()
+			},
+		)
+	};
+	let a = twin(pa, pb, 10);
+	let b = twin(pb, pa, 20);
+	runtime().block_on(async {
+		// B, the higher id, closes the link it dialled once it sees A's, and waits: one link, A's.
+		a.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 1).await;
+		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 0).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_links", |n| n == 0).await;
+		b.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
+		// It carries broadcasts as any link does, and B's routes are heard once.
+		let publisher_origin = Origin::new(7);
+		let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		let _publisher = publishing(&b, &publisher_origin).await;
+		let (viewer_origin, _viewer, _endpoint) = watching(&a, 101).await;
+		let mut cursor = video(&viewer_origin, "bbb").await;
+		asked(&track).await;
+		for seq in 0..3 {
+			publish(&track, seq);
+		}
+		let got = within(LIMIT, "groups over the one link", take(&mut cursor, 3)).await;
+		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		assert_eq!(a.metric("moq_relay_broadcast_backups").await, 0);
+		assert_eq!(
+			a.metric("moq_relay_cluster_links").await + b.metric("moq_relay_cluster_links").await,
+			1
+		);
+	});
+	// A goes: B dials again, and the pair is linked by B's link now.
+	a.stop().unwrap();
+	let a = twin(pa, pb, 10);
+	runtime().block_on(async {
+		within(LIMIT, "one link again", async {
+			loop {
+				let links = a.metric("moq_relay_cluster_links").await + b.metric("moq_relay_cluster_links").await;
+				let sessions =
+					a.metric("moq_relay_cluster_sessions").await + b.metric("moq_relay_cluster_sessions").await;
+				if links == 1 && sessions == 1 {
+					return;
+				}
+				kio::time::sleep(Duration::from_millis(20)).await;
+			}
+		})
+		.await;
+	});
+}
+
+#[test]
 fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 	let keys = KeyFile::hs256("cluster-webtransport", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(5));

@@ -71,7 +71,8 @@ pub struct Route {
 	/// Origin ids the announcement passed through, oldest (the publisher's) first.
 	pub hops: Vec<OriginId>,
 	/// Learned from a cluster peer: served to clients, never announced to other cluster peers
-	/// ([`OriginConsumer::announced_to_peer`]).
+	/// ([`OriginConsumer::announced_to_peer`]) unless under the origin's transit prefix
+	/// ([`Origin::set_transit`]).
 	pub cluster: bool,
 }
 
@@ -308,21 +309,31 @@ impl Origin {
 		self.state.lock().transit = Some(prefix.clone());
 	}
 
-	/// Broadcasts announced now outside `prefix` (absolute).
+	/// Broadcasts announced now outside `prefix` (absolute): the whole count less the paths under
+	/// it, which sort together (a walk of those only).
 	pub fn broadcasts_outside(&self, prefix: &Path) -> usize {
-		self.state
-			.lock()
-			.broadcasts
-			.keys()
-			.filter(|path| !path.has_prefix(prefix))
-			.count()
+		let state = self.state.lock();
+		state.broadcasts.len() - Self::under(&state, prefix).count()
 	}
 
 	/// Publications kept as backups outside `prefix` (absolute).
 	pub fn backups_outside(&self, prefix: &Path) -> usize {
 		let state = self.state.lock();
-		let outside = state.broadcasts.iter().filter(|(path, _)| !path.has_prefix(prefix));
-		outside.map(|(_, stack)| stack.len() - 1).sum()
+		let backups = |stack: &Vec<Announced>| stack.len() - 1;
+		let all: usize = state.broadcasts.values().map(backups).sum();
+		all - Self::under(&state, prefix)
+			.map(|(_, stack)| backups(stack))
+			.sum::<usize>()
+	}
+
+	/// The paths under `prefix` and their publications. Paths that start with its text sort
+	/// together from it on (`a`, `a-b`, `a/b`, `ab`), and those under it are among them.
+	fn under<'a>(state: &'a OriginState, prefix: &'a Path) -> impl Iterator<Item = (&'a Path, &'a Vec<Announced>)> {
+		state
+			.broadcasts
+			.range(prefix.clone()..)
+			.take_while(move |(path, _)| path.as_str().starts_with(prefix.as_str()))
+			.filter(move |(path, _)| path.has_prefix(prefix))
 	}
 
 	/// This origin's id.
@@ -560,8 +571,8 @@ impl Publication {
 			let was_active = index + 1 == stack.len();
 			let mut announced = stack.remove(index);
 			announced.lingering = true;
-			// Above what it still outranks (worst first, so a prefix), below its equals: they
-			// are live, or have lingered longer.
+			// Above what it still outranks (worst first, so a prefix), below its equals (other
+			// lingering publications, which have lingered longer).
 			let at = stack
 				.iter()
 				.position(|other| !announced.outranks(other))
@@ -663,6 +674,17 @@ impl OriginConsumer {
 		self.broadcast(path).ok()
 	}
 
+	/// The route of the publication announced at `path`, if any (and in scope).
+	pub fn route(&self, path: &Path) -> Option<Route> {
+		let path = self.view.absolute(path).ok()?;
+		let state = self.view.state.lock();
+		state
+			.broadcasts
+			.get(&path)?
+			.last()
+			.map(|announced| announced.route.clone())
+	}
+
 	/// An announcement cursor for `prefix` (relative to the root): the current set, then live
 	/// updates.
 	pub fn announced(&self, prefix: &Path) -> AnnounceCursor {
@@ -676,7 +698,9 @@ impl OriginConsumer {
 
 	/// What a relay announces to a cluster peer: like
 	/// [`announced_excluding`](Self::announced_excluding), also skipping the routes learned from
-	/// cluster peers ([`Route::cluster`]). A path whose best route is a peer's is not seen.
+	/// cluster peers ([`Route::cluster`]), except under the origin's transit prefix
+	/// ([`Origin::set_transit`]). A path whose best route is a peer's is not seen (outside that
+	/// prefix).
 	pub fn announced_to_peer(&self, prefix: &Path, peer: OriginId) -> AnnounceCursor {
 		self.cursor(prefix, (peer != 0).then_some(peer), true)
 	}

@@ -98,10 +98,12 @@ fn main() -> ExitCode {
 	}
 }
 
-/// What a subscriber has printed: the group and the frame index of the last line, so a session
-/// after a reconnect, which starts again at the latest group's first frame, prints nothing twice.
-#[derive(Clone, Copy, Debug, Default)]
-struct Printed(Option<(u64, usize)>);
+/// The last line a subscriber printed, so a session after a reconnect, which starts again at the
+/// latest group's first frame, prints nothing twice. Lines are compared as text: the clock's
+/// lines rise as text (`YYYY-MM-DD HH:MM:SS`), whichever publisher (and whatever its group
+/// numbers) a new session reaches.
+#[derive(Clone, Debug, Default)]
+struct Printed(Option<String>);
 
 async fn run(args: Args) -> anyhow::Result<()> {
 	let (publishing, urls) = match &args.command {
@@ -109,6 +111,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
 		Command::Subscribe { urls } => (false, urls),
 	};
 	let urls: Vec<Url> = urls.iter().map(|url| Url::parse(url)).collect::<anyhow::Result<_>>()?;
+	if urls.len() > 1 && !args.reconnect {
+		anyhow::bail!("more than one URL is for --reconnect, which tries them in turn");
+	}
 	let local = Origin::new(u64::from(std::process::id()).max(1));
 	let name = Path::new(&args.broadcast);
 	// The publisher's clock runs for the whole process, whichever relay carries it.
@@ -254,15 +259,13 @@ async fn print_clock(broadcast: &BroadcastConsumer, printed: &mut Printed) -> an
 			continue;
 		};
 		let prefix = String::from_utf8_lossy(&prefix.payload).into_owned();
-		let mut index = 0;
 		while let Some(second) = group.read_frame().await? {
-			index += 1;
-			let at = (group.sequence(), index);
-			if printed.0.is_some_and(|last| at <= last) {
+			let line = format!("{prefix}{}", String::from_utf8_lossy(&second.payload));
+			if printed.0.as_ref().is_some_and(|last| line <= *last) {
 				continue;
 			}
-			println!("{prefix}{}", String::from_utf8_lossy(&second.payload));
-			printed.0 = Some(at);
+			println!("{line}");
+			printed.0 = Some(line);
 		}
 	}
 	Ok(())

@@ -164,9 +164,10 @@ async function followCatalog(connection, path, info) {
 	const broadcast = connection.consume(Moq.Path.from(path));
 	const named = Catalog.detectFormat(path);
 	const formats = named ? [named] : Object.keys(FORMATS);
-	const tracks = formats.map((format) => broadcast.subscribe(FORMAT_TRACKS[format], 0));
-	const readers = formats.map((format, i) => FORMATS[format](tracks[i]));
+	const tracks = [];
 	try {
+		for (const format of formats) tracks.push(broadcast.subscribe(FORMAT_TRACKS[format], 0));
+		const readers = formats.map((format, i) => FORMATS[format](tracks[i]));
 		// The first format whose catalog arrives; the tracks of the others are refused, end
 		// without a frame (a relay that said SUBSCRIBE_OK before it asked upstream), or stay silent.
 		const arrived = (read, i) =>
