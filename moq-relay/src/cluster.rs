@@ -37,7 +37,11 @@
 //! if it has no `node` of its own or its URL sorts first (the rule that keeps one link per pair),
 //! and stops dialling it when the announcement goes. So a relay given one peer (a seed) joins the
 //! full mesh, and the mesh needs no list of every relay. Clients never see [`MEMBERS`] and cannot
-//! publish under it ([`OriginConsumer::hide`](moq_net::model::OriginConsumer::hide)).
+//! publish under it ([`OriginConsumer::hide`](moq_net::model::OriginConsumer::hide)); only
+//! cluster peers (holders of the cluster token) can name members, and at most
+//! [`MAX_DISCOVERED`] are dialled. A member's name is resolved on the worker, a blocking lookup,
+//! as a configured peer's is: node URLs should be addresses or names that resolve at once. A
+//! member lost abruptly stays announced for the linger, as any route does.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
