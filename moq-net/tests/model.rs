@@ -764,10 +764,6 @@ fn a_hidden_prefix_is_neither_seen_nor_used_and_a_transit_prefix_is_passed_on_to
 	assert_eq!(origin.broadcasts_outside(&Path::new("members")), 4);
 	assert_eq!(origin.backups(), 1);
 	assert_eq!(origin.backups_outside(&Path::new("members")), 0);
-	assert_eq!(
-		origin.consumer().route(&Path::new("members/r3")),
-		Some(Route::cluster(vec![3]))
-	);
 }
 
 #[test]

@@ -674,17 +674,6 @@ impl OriginConsumer {
 		self.broadcast(path).ok()
 	}
 
-	/// The route of the publication announced at `path`, if any (and in scope).
-	pub fn route(&self, path: &Path) -> Option<Route> {
-		let path = self.view.absolute(path).ok()?;
-		let state = self.view.state.lock();
-		state
-			.broadcasts
-			.get(&path)?
-			.last()
-			.map(|announced| announced.route.clone())
-	}
-
 	/// An announcement cursor for `prefix` (relative to the root): the current set, then live
 	/// updates.
 	pub fn announced(&self, prefix: &Path) -> AnnounceCursor {
