@@ -34,8 +34,9 @@
 //! to its other peers (the one exception to "no transit",
 //! [`Origin::set_transit`](moq_net::model::Origin::set_transit): one entry per
 //! relay, hop chains stopping loops). A relay that hears of a member it has no link with dials it,
-//! if it has no `node` of its own or its URL sorts first (the rule that keeps one link per pair),
-//! and stops dialling it when the announcement goes. So a relay given one peer (a seed) joins the
+//! if it has no `node` of its own or its URL sorts first, and stops dialling it when the
+//! announcement goes. Two relays that dial each other anyway keep one link: the one with the
+//! higher origin id closes its own ([`link`]). So a relay given one peer (a seed) joins the
 //! full mesh, and the mesh needs no list of every relay. Clients never see [`MEMBERS`] and cannot
 //! publish under it ([`OriginConsumer::hide`](moq_net::model::OriginConsumer::hide)); only
 //! cluster peers (holders of the cluster token) can name members, and at most
@@ -123,7 +124,8 @@ pub const MAX_NODE_URL: usize = 400;
 
 /// Members a relay dials because it heard of them, at most: the peers that tell it of members
 /// hold the cluster token, but a misconfigured one should not make every relay dial without
-/// bound. Past it, further members are not dialled (and the relay says so).
+/// bound. Past it, further members are not dialled (and the relay says so), nor retried when
+/// others go, until their announcement changes.
 pub const MAX_DISCOVERED: usize = 256;
 
 /// The path at which the relay reachable at `node` announces itself.
@@ -228,7 +230,11 @@ fn with_token(url: &Url, token: Option<&str>) -> Url {
 /// other while their link was down) end up with two sessions, and the relay with the higher
 /// origin id closes the one it dialled as soon as it sees the other (its peer's session toward
 /// it, [`Shared::inbound_peers`]), then dials again only once that one has ended. Both ends
-/// apply the same rule, so they agree on the link they keep.
+/// apply the same rule, so they agree on the link they keep. With a fixed `[cluster] id`, a
+/// peer that crashed and came back may find its old session still counted here until it times
+/// out (the idle timeout): the relay then waits that long before dialling it again, unless the
+/// peer dials first. The peer's id is the last one the URL answered with: a name that reaches
+/// several relays in turn is taken for the last of them.
 pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verification, shutdown: Consumer<()>) {
 	let Ok(url) = Url::parse(&peer) else {
 		// Checked when the configuration was read.
@@ -241,7 +247,7 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 	let mut peer_id = None;
 	loop {
 		// The peer's own session toward us is the pair's link: wait for it to end.
-		if let Some(id) = peer_id.filter(|&id| shared.relay_id > id) {
+		if let Some(id) = peer_id.filter(|&id| id != 0 && shared.relay_id > id) {
 			let ended = inbound.wait(|peers| {
 				if peers.contains_key(&id) {
 					Poll::Pending
@@ -259,12 +265,21 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 			Either::Left(Err(err)) => warn!(peer, err = %format!("{err:#}"), "cluster peer unreachable"),
 			Either::Left(Ok((client, endpoint))) => {
 				let id = client.peer().origin;
+				if id == shared.relay_id {
+					// A spelling of our own URL that canonical forms do not catch (a name for
+					// an address of ours): nothing to link with.
+					warn!(peer, "cluster peer is this relay: not dialling it");
+					client.close(SHUTDOWN_CODE);
+					return;
+				}
+				// 0: a peer that gives no origin id (03/04, another implementation): never
+				// taken for the twin of another such session.
 				peer_id = Some(id);
 				info!(peer, id, "cluster link up");
 				let _up = Counted::new(&shared.cluster_links);
 				// Ours is the link to drop if the peer's session toward us is open too.
 				let twin = async {
-					match shared.relay_id > id {
+					match id != 0 && shared.relay_id > id {
 						true => inbound
 							.wait(|peers| match peers.contains_key(&id) {
 								true => Poll::Ready(()),

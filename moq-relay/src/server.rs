@@ -609,8 +609,12 @@ struct Decrement<'a>(&'a AtomicU64);
 struct Inbound<'a>(&'a Shared, u64);
 
 impl<'a> Inbound<'a> {
+	/// Counts the session under `peer`, unless the peer gave no id (0: 03/04, or another
+	/// implementation), which says nothing about which relay it is.
 	fn new(shared: &'a Shared, peer: u64) -> Self {
-		if let Ok(mut peers) = shared.inbound_peers.write() {
+		if peer != 0
+			&& let Ok(mut peers) = shared.inbound_peers.write()
+		{
 			*peers.entry(peer).or_default() += 1;
 		}
 		Self(shared, peer)

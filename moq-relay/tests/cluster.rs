@@ -540,7 +540,7 @@ fn two_relays_that_dial_each_other_keep_one_link() {
 			1
 		);
 	});
-	// A goes: B dials again, and the pair is linked by B's link now.
+	// A goes and comes back: one link again, whichever of the two dialled it.
 	a.stop().unwrap();
 	let a = twin(pa, pb, 10);
 	runtime().block_on(async {

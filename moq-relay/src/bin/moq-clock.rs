@@ -99,11 +99,23 @@ fn main() -> ExitCode {
 }
 
 /// The last line a subscriber printed, so a session after a reconnect, which starts again at the
-/// latest group's first frame, prints nothing twice. Lines are compared as text: the clock's
-/// lines rise as text (`YYYY-MM-DD HH:MM:SS`), whichever publisher (and whatever its group
-/// numbers) a new session reaches.
+/// latest group's first frame (the current minute, cached by the relay), prints nothing twice:
+/// it skips that replay, the lines of the same minute up to the last one printed, compared as
+/// text whatever the new publisher's group numbers. Anything else is printed as it comes.
 #[derive(Clone, Debug, Default)]
 struct Printed(Option<String>);
+
+impl Printed {
+	/// Whether `line` is the replay of one printed before a reconnect: the same minute, and not
+	/// later than the last line.
+	fn replayed(&self, line: &str) -> bool {
+		// `YYYY-MM-DD HH:MM:` is 17 bytes.
+		let minute = |text: &str| text.get(..17).map(str::to_owned);
+		self.0
+			.as_deref()
+			.is_some_and(|last| minute(last) == minute(line) && line <= last)
+	}
+}
 
 async fn run(args: Args) -> anyhow::Result<()> {
 	let (publishing, urls) = match &args.command {
@@ -251,9 +263,12 @@ async fn verification(args: &Args, addr: std::net::SocketAddr) -> anyhow::Result
 	Ok(Verification::Fingerprints(pins))
 }
 
-/// Prints the clock's lines as they come, skipping what `printed` says was printed already.
+/// Prints the clock's lines as they come, first skipping the replay of what `printed` says was
+/// printed already.
 async fn print_clock(broadcast: &BroadcastConsumer, printed: &mut Printed) -> anyhow::Result<()> {
 	let mut track = broadcast.subscribe_track(TRACK, Subscription::default())?;
+	// Until this session prints a line of its own, what it reads may be a replay.
+	let mut catching_up = true;
 	while let Some(mut group) = track.recv_group().await? {
 		let Some(prefix) = group.read_frame().await? else {
 			continue;
@@ -261,9 +276,10 @@ async fn print_clock(broadcast: &BroadcastConsumer, printed: &mut Printed) -> an
 		let prefix = String::from_utf8_lossy(&prefix.payload).into_owned();
 		while let Some(second) = group.read_frame().await? {
 			let line = format!("{prefix}{}", String::from_utf8_lossy(&second.payload));
-			if printed.0.as_ref().is_some_and(|last| line <= *last) {
+			if catching_up && printed.replayed(&line) {
 				continue;
 			}
+			catching_up = false;
 			println!("{line}");
 			printed.0 = Some(line);
 		}
@@ -313,5 +329,22 @@ async fn publish_clock(track: &TrackProducer) -> anyhow::Result<()> {
 		}
 		// Wake on the next second.
 		kio::time::sleep(Duration::from_secs(now.as_secs() + 1) - now).await;
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use super::Printed;
+
+	#[test]
+	fn a_replay_of_the_minute_is_skipped_and_nothing_else() {
+		let printed = Printed(Some("2026-12-02 05:10:42".to_owned()));
+		assert!(printed.replayed("2026-12-02 05:10:00"));
+		assert!(printed.replayed("2026-12-02 05:10:42"));
+		assert!(!printed.replayed("2026-12-02 05:10:43"));
+		// Another minute, even an earlier one (a publisher whose clock is behind): printed.
+		assert!(!printed.replayed("2026-12-02 05:09:59"));
+		assert!(!printed.replayed("2026-12-02 04:10:30"));
+		assert!(!Printed::default().replayed("2026-12-02 05:10:00"));
 	}
 }
