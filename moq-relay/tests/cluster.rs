@@ -560,6 +560,30 @@ fn two_relays_that_dial_each_other_keep_one_link() {
 }
 
 #[test]
+fn a_relay_that_dials_itself_stops() {
+	let keys = KeyFile::hs256("cluster-self", KEY);
+	let port = free_port();
+	// Its own URL under a name, where its node (none here) could not say so.
+	let relay = Relay::start_cluster_on(
+		format!("127.0.0.1:{port}").parse().unwrap(),
+		open_auth(&keys),
+		Cluster {
+			connect: vec![format!("moqt://localhost:{port}/")],
+			token: Some(cluster_token()),
+			id: Some(10),
+			tls: PeerTls::Insecure,
+			..Cluster::default()
+		},
+	);
+	runtime().block_on(async {
+		// The link reached this relay (a session was accepted from it), saw its own id, and went.
+		relay.metric_until(LIMIT, "moq_relay_sessions_total", |n| n >= 1).await;
+		relay.metric_until(LIMIT, "moq_relay_sessions", |n| n == 0).await;
+		assert_eq!(relay.metric("moq_relay_cluster_links").await, 0);
+	});
+}
+
+#[test]
 fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 	let keys = KeyFile::hs256("cluster-webtransport", KEY);
 	let a = member(&keys, 10, &[], Duration::from_secs(5));
