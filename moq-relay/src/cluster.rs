@@ -36,7 +36,7 @@
 //! relay, hop chains stopping loops). A relay that hears of a member it has no link with dials it,
 //! if it has no `node` of its own or its URL sorts first, and stops dialling it when the
 //! announcement goes. Two relays that dial each other anyway keep one link: the one with the
-//! higher origin id closes its own ([`link`]). So a relay given one peer (a seed) joins the
+//! higher origin id closes its own (`link`). So a relay given one peer (a seed) joins the
 //! full mesh, and the mesh needs no list of every relay. Clients never see [`MEMBERS`] and cannot
 //! publish under it ([`OriginConsumer::hide`](moq_net::model::OriginConsumer::hide)); only
 //! cluster peers (holders of the cluster token) can name members, and at most
