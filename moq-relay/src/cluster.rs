@@ -243,21 +243,17 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 	let url = with_token(&url, shared.cluster.token.as_deref());
 	let mut backoff = Backoff::new(shared.relay_id ^ peer.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b)));
 	let inbound = shared.inbound_peers.consume();
+	// Of two links with peer `id`, ours is the one to give way (0: a peer that gives no origin id,
+	// 03/04 or another implementation, is never taken for the twin of another such session).
+	let yields = |id: u64| id != 0 && shared.relay_id > id;
 	// The peer's origin id, once a session told it.
 	let mut peer_id = None;
 	loop {
 		// The peer's own session toward us is the pair's link: wait for it to end.
-		if let Some(id) = peer_id.filter(|&id| id != 0 && shared.relay_id > id) {
-			let ended = inbound.wait(|peers| {
-				if peers.contains_key(&id) {
-					Poll::Pending
-				} else {
-					Poll::Ready(())
-				}
-			});
-			if let Either::Right(()) = race(ended, shutdown.closed()).await {
-				return;
-			}
+		if let Some(id) = peer_id.filter(|&id| yields(id))
+			&& let Either::Right(()) = race(inbound_open(&inbound, id, false), shutdown.closed()).await
+		{
+			return;
 		}
 		let started = kio::time::now();
 		match race(dial(&shared, &url, &verification), shutdown.closed()).await {
@@ -272,21 +268,13 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 					client.close(SHUTDOWN_CODE);
 					return;
 				}
-				// 0: a peer that gives no origin id (03/04, another implementation): never
-				// taken for the twin of another such session.
 				peer_id = Some(id);
 				info!(peer, id, "cluster link up");
 				let _up = Counted::new(&shared.cluster_links);
 				// Ours is the link to drop if the peer's session toward us is open too.
 				let twin = async {
-					match id != 0 && shared.relay_id > id {
-						true => inbound
-							.wait(|peers| match peers.contains_key(&id) {
-								true => Poll::Ready(()),
-								false => Poll::Pending,
-							})
-							.await
-							.ok(),
+					match yields(id) {
+						true => inbound_open(&inbound, id, true).await,
 						false => std::future::pending().await,
 					}
 				};
@@ -314,6 +302,16 @@ pub(crate) async fn link(shared: Arc<Shared>, peer: String, verification: Verifi
 			return;
 		}
 	}
+}
+
+/// Waits until a session of peer `id` toward us is open (`open`) or none is.
+async fn inbound_open(inbound: &Consumer<HashMap<u64, usize>>, id: u64, open: bool) {
+	let _ = inbound
+		.wait(|peers| match peers.contains_key(&id) == open {
+			true => Poll::Ready(()),
+			false => Poll::Pending,
+		})
+		.await;
 }
 
 /// Counts a link as up in a gauge while it lives, however its task ends.

@@ -105,6 +105,23 @@ async fn asked(track: &moq_net::TrackProducer) {
 	within(LIMIT, "the publisher to be asked for the track", track.used()).await;
 }
 
+/// Once the publisher is asked for `track`, writes the groups `written` (each frame its
+/// sequence) and checks that `cursor` then reads the groups `read`, in order.
+async fn delivered(
+	track: &moq_net::TrackProducer,
+	cursor: &mut moq_net::TrackConsumer,
+	written: std::ops::Range<u64>,
+	read: std::ops::Range<u64>,
+	what: &str,
+) {
+	asked(track).await;
+	for seq in written {
+		publish(track, seq);
+	}
+	let got = within(LIMIT, what, take(cursor, (read.end - read.start) as usize)).await;
+	assert_eq!(got, read.map(|seq| (seq, seq)).collect::<Vec<_>>(), "{what}");
+}
+
 /// The "video" track of the broadcast at `path`, once `origin` hears it announced.
 async fn video(origin: &Origin, path: &str) -> moq_net::TrackConsumer {
 	within(LIMIT, "the announcement", announced(origin, path))
@@ -287,12 +304,7 @@ fn a_publisher_lost_on_a_that_comes_back_on_c_is_served_from_c_at_once() {
 		.await;
 		assert_eq!(route.hops, vec![7, 30, 20]);
 		let mut cursor = video(&viewer_origin, "cam").await;
-		asked(&track).await;
-		for seq in 0..3 {
-			publish(&track, seq);
-		}
-		let got = within(LIMIT, "groups from C", take(&mut cursor, 3)).await;
-		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 0..3, 0..3, "groups from C").await;
 		assert_eq!(b.metric("moq_relay_broadcasts").await, 1);
 	});
 }
@@ -327,11 +339,7 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		let (viewer_origin, on_b, _endpoint) = watching(&b, 101).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
-		asked(&track).await;
-		for seq in 0..5 {
-			publish(&track, seq);
-		}
-		assert_eq!(within(LIMIT, "groups via B", take(&mut cursor, 5)).await.len(), 5);
+		delivered(&track, &mut cursor, 0..5, 0..5, "groups via B").await;
 		// A publisher on B too, watched from C.
 		let b_origin = Origin::new(8);
 		let (_b_broadcast, _b_track, _b_publication) = local_broadcast(&b_origin, "on-b");
@@ -353,13 +361,8 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		let (viewer_origin, _on_c, _endpoint) = watching(&c, 102).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
-		asked(&track).await;
-		for seq in 5..10 {
-			publish(&track, seq);
-		}
 		// A new subscription starts at the latest group (4, from the cache), then every group since.
-		let got = within(LIMIT, "groups via C", take(&mut cursor, 6)).await;
-		assert_eq!(got, (4..10).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 5..10, 4..10, "groups via C").await;
 	});
 }
 
@@ -406,12 +409,7 @@ fn a_link_whose_peer_went_is_dialled_again_until_the_peer_is_back() {
 		let _publisher = publishing(&a, &publisher_origin).await;
 		let (viewer_origin, _viewer, _endpoint) = watching(&b, 101).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
-		asked(&track).await;
-		for seq in 0..3 {
-			publish(&track, seq);
-		}
-		let got = within(LIMIT, "groups over the new link", take(&mut cursor, 3)).await;
-		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 0..3, 0..3, "groups over the new link").await;
 	});
 }
 
@@ -471,12 +469,7 @@ fn relays_given_one_seed_find_each_other_and_link_directly() {
 		let route = within(LIMIT, "the announcement", announced_route(&viewer_origin, "on-b")).await;
 		assert_eq!(route.hops, vec![7, 20, 30]);
 		let mut cursor = video(&viewer_origin, "on-b").await;
-		asked(&track).await;
-		for seq in 0..3 {
-			publish(&track, seq);
-		}
-		let got = within(LIMIT, "groups from B on C", take(&mut cursor, 3)).await;
-		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 0..3, 0..3, "groups from B on C").await;
 		// Clients see none of the members, and the gauges count media only.
 		let (client_origin, _client, _client_endpoint) = watching(&a, 102).await;
 		within(LIMIT, "the announcement on A", announced(&client_origin, "on-b")).await;
@@ -528,12 +521,7 @@ fn two_relays_that_dial_each_other_keep_one_link() {
 		let _publisher = publishing(&b, &publisher_origin).await;
 		let (viewer_origin, _viewer, _endpoint) = watching(&a, 101).await;
 		let mut cursor = video(&viewer_origin, "bbb").await;
-		asked(&track).await;
-		for seq in 0..3 {
-			publish(&track, seq);
-		}
-		let got = within(LIMIT, "groups over the one link", take(&mut cursor, 3)).await;
-		assert_eq!(got, (0..3).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 0..3, 0..3, "groups over the one link").await;
 		assert_eq!(a.metric("moq_relay_broadcast_backups").await, 0);
 		assert_eq!(
 			a.metric("moq_relay_cluster_links").await + b.metric("moq_relay_cluster_links").await,
@@ -608,12 +596,7 @@ fn a_link_over_webtransport_carries_broadcasts_as_one_over_raw_quic_does() {
 		assert_eq!(route.hops, vec![7, 10, 20]);
 		let mut cursor = video(&viewer_origin, "bbb").await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 1).await;
-		asked(&track).await;
-		for seq in 0..10 {
-			publish(&track, seq);
-		}
-		let got = within(LIMIT, "every group", take(&mut cursor, 10)).await;
-		assert_eq!(got, (0..10).map(|seq| (seq, seq)).collect::<Vec<_>>());
+		delivered(&track, &mut cursor, 0..10, 0..10, "every group").await;
 	});
 }
 

@@ -166,13 +166,13 @@ struct Pending {
 
 impl Cursor {
 	fn sees(&self, path: &Path, route: Option<&Route>) -> bool {
-		let passed_on = self.transit.as_ref().is_some_and(|transit| path.has_prefix(transit));
 		let learned = route.is_some_and(|route| route.cluster);
+		let passed_on = || self.transit.as_ref().is_some_and(|transit| path.has_prefix(transit));
 		let through_peer = matches!((self.exclude, route), (Some(peer), Some(route)) if route.contains(peer));
 		self.prefixes.iter().any(|prefix| path.has_prefix(prefix))
 			&& !self.hidden.iter().any(|hidden| path.has_prefix(hidden))
 			&& !through_peer
-			&& (passed_on || !self.local_only || !learned)
+			&& (!self.local_only || !learned || passed_on())
 	}
 
 	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
@@ -562,14 +562,10 @@ impl Publication {
 	pub fn linger(&self) {
 		let wakes = {
 			let mut state = self.state.lock();
-			let Some(stack) = state.broadcasts.get_mut(&self.path) else {
+			let Some((mut announced, was_active)) = self.take(&mut state) else {
 				return;
 			};
-			let Some(index) = stack.iter().position(|announced| announced.serial == self.serial) else {
-				return;
-			};
-			let was_active = index + 1 == stack.len();
-			let mut announced = stack.remove(index);
+			let stack = state.broadcasts.entry(self.path.clone()).or_default();
 			announced.lingering = true;
 			// Above what it still outranks (worst first, so a prefix), below its equals (other
 			// lingering publications, which have lingered longer).
@@ -587,6 +583,19 @@ impl Publication {
 		};
 		drop(wakes);
 	}
+
+	/// Takes this publication out of its path's stack (the path goes with its last one), and
+	/// whether it was the announced one.
+	fn take(&self, state: &mut OriginState) -> Option<(Announced, bool)> {
+		let stack = state.broadcasts.get_mut(&self.path)?;
+		let index = stack.iter().position(|announced| announced.serial == self.serial)?;
+		let was_active = index + 1 == stack.len();
+		let announced = stack.remove(index);
+		if stack.is_empty() {
+			state.broadcasts.remove(&self.path);
+		}
+		Some((announced, was_active))
+	}
 }
 
 impl Drop for Publication {
@@ -595,17 +604,9 @@ impl Drop for Publication {
 	fn drop(&mut self) {
 		let wakes = {
 			let mut state = self.state.lock();
-			let Some(stack) = state.broadcasts.get_mut(&self.path) else {
+			let Some((old, was_active)) = self.take(&mut state) else {
 				return;
 			};
-			let Some(index) = stack.iter().position(|announced| announced.serial == self.serial) else {
-				return;
-			};
-			let was_active = index + 1 == stack.len();
-			let old = stack.remove(index);
-			if stack.is_empty() {
-				state.broadcasts.remove(&self.path);
-			}
 			match was_active {
 				true => state.replaced(&self.path, Some(&old.route)),
 				false => Wakes::none(),

@@ -187,43 +187,23 @@ async fn session(
 	let addr = url.resolve()?;
 	let verification = verification(args, addr).await?;
 	let endpoint = client::endpoint_with(addr, moq_quic::Config::new().with_idle_timeout(args.idle_timeout.0))?;
-	let Some(name) = watch else {
-		let client = client::dial(
-			&endpoint,
-			addr,
-			url,
-			&verification,
-			local.id(),
-			Some(local.consumer()),
-			None,
-		)
+	// A fresh origin per session for a viewer: nothing mirrored from a relay that went stays behind.
+	let viewer = Origin::new(local.id());
+	let (publish, subscribe, doing) = match watch {
+		None => (Some(local.consumer()), None, "publishing"),
+		Some(_) => (None, Some(viewer.producer()), "waiting for"),
+	};
+	let client = client::dial(&endpoint, addr, url, &verification, local.id(), publish, subscribe)
 		.await
 		.with_context(|| format!("connecting to {addr}"))?;
-		eprintln!(
-			"moq-clock: publishing {}/{} on {addr}",
-			url.path.trim_end_matches('/'),
-			args.broadcast
-		);
-		return Ok(Some(client.closed().await));
-	};
-	// A fresh origin per session: nothing mirrored from a relay that went stays behind.
-	let viewer = Origin::new(local.id());
-	let client = client::dial(
-		&endpoint,
-		addr,
-		url,
-		&verification,
-		viewer.id(),
-		None,
-		Some(viewer.producer()),
-	)
-	.await
-	.with_context(|| format!("connecting to {addr}"))?;
 	eprintln!(
-		"moq-clock: waiting for {}/{} on {addr}",
+		"moq-clock: {doing} {}/{} on {addr}",
 		url.path.trim_end_matches('/'),
 		args.broadcast
 	);
+	let Some(name) = watch else {
+		return Ok(Some(client.closed().await));
+	};
 	let watch = async {
 		let mut cursor = viewer.consumer().announced(&Path::default());
 		let broadcast = loop {

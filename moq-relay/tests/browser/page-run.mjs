@@ -73,6 +73,23 @@ async function open(name, at = url) {
 	return page;
 }
 
+/** Opens a page at `at` and waits (at most 30 s) until its relay has refused a connection more
+ * than before: how many more, and whether the page says it is connected. */
+async function refusedPage(at) {
+	const refused = async () => {
+		const metrics = await (await fetch(new URL("/metrics", at))).text();
+		return Number(metrics.match(/^moq_relay_refused_total (\d+)$/m)?.[1] ?? 0);
+	};
+	const before = await refused();
+	const page = await browser.newPage();
+	await page.goto(at);
+	const deadline = Date.now() + 30000;
+	while ((await refused()) === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+	const connected = await page.evaluate(() => window.relayPage?.connected);
+	await page.close();
+	return { refused: (await refused()) - before, connected };
+}
+
 /** Publishes the fake camera and microphone from `page` under `name`. */
 async function publishCamera(page, name) {
 	await page.type("#publish-path", name);
@@ -182,32 +199,12 @@ try {
 
 	// A token on the page's URL goes with its connections: this relay refuses a bad one (even
 	// though it lets anonymous clients in), and the page stays disconnected.
-	const refused = async () => {
-		const metrics = await (await fetch(new URL("/metrics", url))).text();
-		return Number(metrics.match(/^moq_relay_refused_total (\d+)$/m)?.[1] ?? 0);
-	};
-	const before = await refused();
-	const tokened = await browser.newPage();
-	await tokened.goto(`${url}?jwt=not-a-token`);
-	const deadline = Date.now() + 30000;
-	while ((await refused()) === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-	const connected = await tokened.evaluate(() => window.relayPage?.connected);
-	emit({ step: "token", refused: (await refused()) - before, connected });
-	await tokened.close();
+	const bad = await refusedPage(`${url}?jwt=not-a-token`);
+	emit({ step: "token", ...bad });
 
 	// A relay that lets nobody in without a token: the page without one stays disconnected, and
 	// pages given one with ?jwt= publish and watch.
-	const authRefused = async () => {
-		const metrics = await (await fetch(new URL("/metrics", authUrl))).text();
-		return Number(metrics.match(/^moq_relay_refused_total (\d+)$/m)?.[1] ?? 0);
-	};
-	const authBefore = await authRefused();
-	const anonymous = await browser.newPage();
-	await anonymous.goto(authUrl);
-	const authDeadline = Date.now() + 30000;
-	while ((await authRefused()) === authBefore && Date.now() < authDeadline) await new Promise((r) => setTimeout(r, 100));
-	const anonymousConnected = await anonymous.evaluate(() => window.relayPage?.connected);
-	await anonymous.close();
+	const anonymous = await refusedPage(authUrl);
 	const withToken = `${authUrl}?jwt=${token}`;
 	const authPublisher = await open("token publisher", withToken);
 	await publishCamera(authPublisher, "auth/cam");
@@ -215,8 +212,8 @@ try {
 	await watchCamera(authViewer, "auth/cam", 10);
 	emit({
 		step: "auth",
-		anonymous_refused: (await authRefused()) - authBefore,
-		anonymous_connected: anonymousConnected,
+		anonymous_refused: anonymous.refused,
+		anonymous_connected: anonymous.connected,
 		decoded: await authViewer.evaluate(() => window.decoded.video),
 	});
 	await authViewer.close();

@@ -131,15 +131,13 @@ async function figures() {
 // The catalogs the public publishers produce: hang's `catalog.json` (snapshots and merge-patch
 // deltas), its DEFLATE-compressed sibling `catalog.json.z`, and MSF's `catalog`. A name's suffix
 // (`.hang`, `.msf`) says which; otherwise each is asked for and the first to answer is the one.
+const hang = (compression) => (track) => {
+	const consumer = new Catalog.Consumer(track, { compression });
+	return () => consumer.next().then((root) => root && hangNames(root));
+};
 const FORMATS = {
-	hang: (track) => {
-		const consumer = new Catalog.Consumer(track);
-		return () => consumer.next().then((root) => root && hangNames(root));
-	},
-	hangz: (track) => {
-		const consumer = new Catalog.Consumer(track, { compression: true });
-		return () => consumer.next().then((root) => root && hangNames(root));
-	},
+	hang: hang(false),
+	hangz: hang(true),
 	msf: (track) => () => Msf.fetch(track).then((catalog) => catalog && msfNames(catalog)),
 };
 const FORMAT_TRACKS = { hang: Catalog.TRACK, hangz: Catalog.TRACK_COMPRESSED, msf: "catalog" };
