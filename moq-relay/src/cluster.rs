@@ -161,8 +161,8 @@ fn dials(own: Option<&str>, configured: &[String], url: &str, hops: usize) -> bo
 /// Dials the members of the cluster this relay hears of and has no link with, for as long as
 /// each is announced; until shutdown.
 pub(crate) async fn discover(shared: Arc<Shared>, verification: Verification, shutdown: Consumer<()>) {
-	let members = Path::new(MEMBERS);
-	let mut cursor = shared.origin.consumer().announced(&members);
+	let members = &shared.members;
+	let mut cursor = shared.origin.consumer().announced(members);
 	let mut dialling: HashMap<String, kio::JoinHandle<()>> = HashMap::new();
 	loop {
 		let update = match race(cursor.next(), shutdown.closed()).await {
@@ -175,7 +175,7 @@ pub(crate) async fn discover(shared: Arc<Shared>, verification: Verification, sh
 				return;
 			}
 		};
-		let Some(url) = update.path.strip_prefix(&members).as_ref().and_then(member_url) else {
+		let Some(url) = update.path.strip_prefix(members).as_ref().and_then(member_url) else {
 			continue;
 		};
 		// A member whose route changed is heard going and coming back: it is gone only if nothing

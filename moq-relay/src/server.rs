@@ -64,6 +64,8 @@ pub(crate) struct Shared {
 	/// Those sessions by the peer's origin id (how many of each): a relay that also dialled one of
 	/// them keeps one link of the two ([`crate::cluster::link`]).
 	pub(crate) inbound_peers: Producer<HashMap<u64, usize>>,
+	/// Where the cluster's members are announced ([`crate::cluster::MEMBERS`]).
+	pub(crate) members: Path,
 	connections: AtomicU64,
 	connections_open: AtomicU64,
 	sessions: AtomicU64,
@@ -186,6 +188,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		cluster_links: AtomicU64::new(0),
 		cluster_sessions: AtomicU64::new(0),
 		inbound_peers: Producer::new(HashMap::new()),
+		members,
 		connections: AtomicU64::new(0),
 		connections_open: AtomicU64::new(0),
 		sessions: AtomicU64::new(0),
@@ -546,12 +549,11 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 	let root: &Path = &grant.root;
 	// What the peer may watch is what this session publishes to it, and the other way round.
 	// A client neither sees nor announces the cluster's members; a peer does both.
-	let members = Path::new(crate::cluster::MEMBERS);
 	let (consumer, producer) = match grant.cluster {
 		true => (shared.origin.consumer(), shared.origin.producer()),
 		false => (
-			shared.origin.consumer().hide(&members),
-			shared.origin.producer().hide(&members),
+			shared.origin.consumer().hide(&shared.members),
+			shared.origin.producer().hide(&shared.members),
 		),
 	};
 	let publish = (!grant.subscribe.is_empty()).then(|| consumer.with_root(root).scope(&grant.subscribe));
@@ -672,7 +674,7 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_broadcasts",
 		"Broadcasts announced in the origin (the cluster's members aside).",
-		shared.origin.broadcasts_outside(&Path::new(crate::cluster::MEMBERS)) as u64,
+		shared.origin.broadcasts_outside(&shared.members) as u64,
 	)
 	.counter(
 		"moq_relay_groups_in_total",
@@ -745,7 +747,7 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_broadcast_backups",
 		"Publications kept as backups behind the announced one (the cluster's members aside).",
-		shared.origin.backups_outside(&Path::new(crate::cluster::MEMBERS)) as u64,
+		shared.origin.backups_outside(&shared.members) as u64,
 	)
 	.gauge(
 		"moq_relay_subscriptions",
