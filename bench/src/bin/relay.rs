@@ -92,6 +92,10 @@ struct Args {
 	/// Write bench/results/relay.{md,json,svg} (relay-callgrind.{md,json} with --callgrind).
 	#[arg(long)]
 	save: bool,
+	/// Keep the scratch directory (the relays' logs and callgrind dumps, for
+	/// `callgrind_annotate`) and print where it is.
+	#[arg(long)]
+	keep: bool,
 	#[command(flatten)]
 	load: LoadOptions,
 }
@@ -233,7 +237,11 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			}
 		}
 	}
-	let _ = std::fs::remove_dir_all(&scratch);
+	if args.keep {
+		eprintln!("relay bench: logs and dumps kept in {}", scratch.display());
+	} else {
+		let _ = std::fs::remove_dir_all(&scratch);
+	}
 
 	let table = table(&args, &relays, &results);
 	println!("{}", table.markdown(&bench::report::revision()));
@@ -486,7 +494,13 @@ fn measure_running(
 						total +=
 							bench::counter::parse_callgrind_total(&text).context("no totals in the callgrind dump")?;
 						tops.push(top_functions(&dump)?);
-						std::fs::remove_file(&dump)?;
+						if args.keep {
+							// Renamed so the next measurement's search does not find it.
+							let name = dump.file_name().and_then(|n| n.to_str()).unwrap_or("dump");
+							std::fs::rename(&dump, scratch.join(format!("kept.{name}")))?;
+						} else {
+							std::fs::remove_file(&dump)?;
+						}
 					}
 					instructions = Some(total);
 					top = Some(tops.join("\n\n(the next relay)\n\n"));
