@@ -458,8 +458,12 @@ impl Deadline {
 		self.at
 	}
 
-	/// Re-arms (or disarms) in place.
+	/// Re-arms (or disarms) in place. The same instant again is free: whatever the timer's state,
+	/// [`poll_elapsed`](Self::poll_elapsed) re-arms it when it is next polled.
 	pub fn set(&mut self, at: Option<Instant>) {
+		if at == self.at {
+			return;
+		}
 		self.at = at;
 		if let Some((serial, id)) = self.timer {
 			with_core(|core| {

@@ -485,28 +485,18 @@ async fn serve_group<T: Transport + 'static>(
 	};
 	send.set_priority(priority);
 	let mut send = Sending::new(send);
-	// The stream type and group header travel with the first frame's header: one chunk less
-	// per group. Room for both (at most 1 + 8 + 8 and 8 + 8 bytes), so encoding never grows it.
-	let mut prefix = Vec::with_capacity(40);
+	if let Some(counters) = inner.config.counters.as_deref() {
+		counters.groups_out.fetch_add(1, Ordering::Relaxed);
+	}
 	let header = GroupHeader {
 		subscribe_id,
 		sequence: group.sequence(),
 	};
-	let encoded = u64::from(DataType::Group)
-		.try_encode(&mut prefix)
-		.and_then(|()| header.try_encode(&mut prefix));
-	if encoded.is_err() {
-		send.reset(ErrorCode::Encode.code());
-		return;
-	}
-	if let Some(counters) = inner.config.counters.as_deref() {
-		counters.groups_out.fetch_add(1, Ordering::Relaxed);
-	}
 	if let Err(err) = write_frames(
 		&mut send,
 		&mut group,
 		timescale,
-		prefix,
+		Some(header),
 		inner.config.counters.as_deref(),
 		version,
 	)
@@ -523,13 +513,45 @@ async fn serve_group<T: Transport + 'static>(
 /// every subscriber's stream. Larger frames are handed over as they are, shared with the cache.
 const COALESCE_MAX: usize = 1200;
 
-/// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with `prefix`
-/// (stream type and group header, if any) in front of the first frame's header.
+thread_local! {
+	/// Where a chunk's headers are encoded before the chunk is allocated at its exact size (a
+	/// `Bytes` made from a `Vec` with room to spare allocates again for its shared header). One
+	/// per worker: tasks never move, and nothing awaits while it is borrowed.
+	static HEADS: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(64));
+}
+
+/// One chunk: the group's stream type and header if `group` is given (in front of the first
+/// frame), the frame header if `frame` is given, then `payload`; allocated once, at its size.
+fn chunk(
+	group: Option<&GroupHeader>,
+	frame: Option<&FrameHeader>,
+	payload: &[u8],
+	version: Version,
+) -> Result<Bytes, SessionError> {
+	HEADS.with_borrow_mut(|heads| {
+		heads.clear();
+		if let Some(header) = group {
+			u64::from(DataType::Group).try_encode(heads)?;
+			header.try_encode(heads)?;
+		}
+		if let Some(header) = frame {
+			header.try_encode_for(version, heads)?;
+		}
+		let mut chunk = Vec::with_capacity(heads.len() + payload.len());
+		chunk.extend_from_slice(heads);
+		chunk.extend_from_slice(payload);
+		Ok(Bytes::from(chunk))
+	})
+	.map_err(SessionError::Encode)
+}
+
+/// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with the stream
+/// type and `header` (if any) in front of the first frame's header.
 async fn write_frames<S: SendStream>(
 	send: &mut Sending<S>,
 	group: &mut GroupConsumer,
 	timescale: u64,
-	mut prefix: Vec<u8>,
+	mut header: Option<GroupHeader>,
 	counters: Option<&Counters>,
 	version: Version,
 ) -> Result<(), SessionError> {
@@ -541,28 +563,18 @@ async fn write_frames<S: SendStream>(
 			frame.timestamp.rescale(timescale).map_or(0, |stamp| stamp.value)
 		};
 		let stamp = stamp.min(i64::MAX as u64) as i64;
-		let header = FrameHeader {
+		let frame_header = FrameHeader {
 			timestamp_delta: stamp - last,
 			size: frame.payload.len() as u64,
 		};
 		last = stamp;
-		header
-			.try_encode_for(version, &mut prefix)
-			.map_err(SessionError::Encode)?;
+		let group_header = header.take();
 		let size = frame.payload.len();
 		if size <= COALESCE_MAX {
-			// Exactly sized, so the `Bytes` takes the allocation over without another.
-			let mut chunk = Vec::with_capacity(prefix.len() + size);
-			chunk.extend_from_slice(&prefix);
-			chunk.extend_from_slice(&frame.payload);
-			prefix.clear();
-			send.send
-				.write(Bytes::from(chunk))
-				.await
-				.map_err(SessionError::Transport)?;
+			let chunk = chunk(group_header.as_ref(), Some(&frame_header), &frame.payload, version)?;
+			send.send.write(chunk).await.map_err(SessionError::Transport)?;
 		} else {
-			let head = Bytes::copy_from_slice(&prefix);
-			prefix.clear();
+			let head = chunk(group_header.as_ref(), Some(&frame_header), &[], version)?;
 			send.send.write(head).await.map_err(SessionError::Transport)?;
 			send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
 		}
@@ -570,12 +582,10 @@ async fn write_frames<S: SendStream>(
 			counters.bytes_out.fetch_add(size as u64, Ordering::Relaxed);
 		}
 	}
-	if !prefix.is_empty() {
+	if let Some(header) = header {
 		// A group without frames still sends its header.
-		send.send
-			.write(Bytes::from(prefix))
-			.await
-			.map_err(SessionError::Transport)?;
+		let head = chunk(Some(&header), None, &[], version)?;
+		send.send.write(head).await.map_err(SessionError::Transport)?;
 	}
 	Ok(())
 }
@@ -592,7 +602,7 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	write_frames(send, &mut group, info.timescale, Vec::new(), None, Version::Lite05).await?;
+	write_frames(send, &mut group, info.timescale, None, None, Version::Lite05).await?;
 	send.finish()
 }
 
