@@ -528,21 +528,22 @@ fn chunk(
 	payload: &[u8],
 	version: Version,
 ) -> Result<Bytes, SessionError> {
-	HEADS.with_borrow_mut(|heads| {
-		heads.clear();
-		if let Some(header) = group {
-			u64::from(DataType::Group).try_encode(heads)?;
-			header.try_encode(heads)?;
-		}
-		if let Some(header) = frame {
-			header.try_encode_for(version, heads)?;
-		}
-		let mut chunk = Vec::with_capacity(heads.len() + payload.len());
-		chunk.extend_from_slice(heads);
-		chunk.extend_from_slice(payload);
-		Ok(Bytes::from(chunk))
-	})
-	.map_err(SessionError::Encode)
+	HEADS
+		.with_borrow_mut(|heads| {
+			heads.clear();
+			if let Some(header) = group {
+				u64::from(DataType::Group).try_encode(heads)?;
+				header.try_encode(heads)?;
+			}
+			if let Some(header) = frame {
+				header.try_encode_for(version, heads)?;
+			}
+			let mut chunk = Vec::with_capacity(heads.len() + payload.len());
+			chunk.extend_from_slice(heads);
+			chunk.extend_from_slice(payload);
+			Ok(Bytes::from(chunk))
+		})
+		.map_err(SessionError::Encode)
 }
 
 /// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with the stream
