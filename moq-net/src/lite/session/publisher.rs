@@ -13,7 +13,7 @@ use kio::JoinHandle;
 use super::budget::{Budget, Resource};
 use super::io::{self, Reader, Sending};
 use super::{Counters, Inner, SessionError};
-use crate::coding::{DecodeError, Encode};
+use crate::coding::{DecodeError, Encode, EncodeError};
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
 	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo, Version,
@@ -485,13 +485,25 @@ async fn serve_group<T: Transport + 'static>(
 	};
 	send.set_priority(priority);
 	let mut send = Sending::new(send);
-	if let Some(counters) = inner.config.counters.as_deref() {
-		counters.groups_out.fetch_add(1, Ordering::Relaxed);
-	}
 	let header = GroupHeader {
 		subscribe_id,
 		sequence: group.sequence(),
 	};
+	// An unencodable header resets the stream at once, uncounted, rather than at the first frame.
+	// The check encodes it into the scratch (some 20 bytes); the first chunk encodes it again.
+	if HEADS
+		.with_borrow_mut(|heads| {
+			heads.clear();
+			encode_group(&header, heads)
+		})
+		.is_err()
+	{
+		send.reset(ErrorCode::Encode.code());
+		return;
+	}
+	if let Some(counters) = inner.config.counters.as_deref() {
+		counters.groups_out.fetch_add(1, Ordering::Relaxed);
+	}
 	if let Err(err) = write_frames(
 		&mut send,
 		&mut group,
@@ -520,6 +532,12 @@ thread_local! {
 	static HEADS: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(64));
 }
 
+/// A group stream's type and header.
+fn encode_group(header: &GroupHeader, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	u64::from(DataType::Group).try_encode(out)?;
+	header.try_encode(out)
+}
+
 /// One chunk: the group's stream type and header if `group` is given (in front of the first
 /// frame), the frame header if `frame` is given, then `payload`; allocated once, at its size.
 fn chunk(
@@ -532,8 +550,7 @@ fn chunk(
 		.with_borrow_mut(|heads| {
 			heads.clear();
 			if let Some(header) = group {
-				u64::from(DataType::Group).try_encode(heads)?;
-				header.try_encode(heads)?;
+				encode_group(header, heads)?;
 			}
 			if let Some(header) = frame {
 				header.try_encode_for(version, heads)?;
