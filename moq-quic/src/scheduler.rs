@@ -40,11 +40,12 @@
 //!   own priority, so thousands of levels of one group each are the normal case.
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
-//! 2 or 8 levels, at the front, middle and tail of a ring alike): reprioritizing to an existing
-//! level 121 to 123; retiring (the group's stream, then the group) 156 to 157. A level per group
-//! (the session's pattern): retiring a group and inserting one at its priority (a level dropped
-//! and created) 589 to 712, reprioritizing to a new priority 305 to 397, the same at 16 levels
-//! as at 16,384. With a binary heap ordering the levels these were 501 to 1,146, growing with
+//! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
+//! reprioritizing to an existing level 112 to 114; retiring (the group's stream, then the group)
+//! 145 to 146. A level per group (the session's pattern): retiring a group and inserting one at
+//! its priority (a level dropped and created) 567 to 690, reprioritizing to a new priority 293 to
+//! 385, the same at 16 levels as at 16,384 (before LTO: 121 to 123, 156 to 157, 589 to 712 and
+//! 305 to 397). With a binary heap ordering the levels these were 501 to 1,146, growing with
 //! the levels (a sift the height of the heap each way), and 197 to 227 (a re-keyed level moves
 //! little in a heap; here it leaves its words and joins others). Up to four levels, the usual
 //! count on a relay's connection, sit in a sorted array: in the trie alone, the relay's one or
