@@ -289,6 +289,47 @@ fn the_stream_allowance_grows_with_use_up_to_the_maximum() {
 	});
 }
 
+/// A peer that opens streams one at a time (a MoQ viewer's group streams) also gets a larger
+/// allowance, so the MAX_STREAMS it is sent, each an ack-eliciting packet, come every 17 streams
+/// instead of every third: 300 streams in turn raise it from 16 to 128 and no further, and the
+/// receiver sends at most one MAX_STREAMS per 17 streams after that.
+#[test]
+fn a_peer_that_opens_streams_one_at_a_time_gets_fewer_max_streams() {
+	runtime().block_on(async {
+		let (_server, _client, conn, accepted) = connected().await;
+		let start = u64::from(moq_quic::INITIAL_STREAMS);
+		assert_eq!(accepted.stream_allowance(Dir::Uni), start);
+		let one = |expect: &'static [u8]| {
+			let conn = conn.clone();
+			let accepted = accepted.clone();
+			async move {
+				let mut send = conn.open_uni().await.unwrap();
+				send.write(Bytes::from_static(expect)).await.unwrap();
+				send.finish().unwrap();
+				let mut recv = accepted.accept_uni().await.unwrap();
+				assert_eq!(recv.read().await.unwrap().unwrap(), Bytes::from_static(expect));
+				assert!(recv.read().await.unwrap().is_none());
+			}
+		};
+		for _ in 0..300 {
+			one(b"x").await;
+		}
+		assert_eq!(accepted.stream_allowance(Dir::Uni), 128, "grown by churn, capped");
+		let before = accepted.stats().frame_tx.max_streams_uni;
+		for _ in 0..170 {
+			one(b"y").await;
+		}
+		let sent = accepted.stats().frame_tx.max_streams_uni - before;
+		assert!(sent <= 170 / 17 + 1, "{sent} MAX_STREAMS for 170 streams");
+		assert!(sent >= 1, "streams are still granted back");
+		assert_eq!(
+			accepted.stream_allowance(Dir::Bi),
+			start,
+			"bidirectional streams unused"
+		);
+	});
+}
+
 #[test]
 fn the_server_opens_a_bidirectional_stream() {
 	runtime().block_on(async {
