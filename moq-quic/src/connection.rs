@@ -411,8 +411,8 @@ impl ConnState {
 	/// [`crate::INITIAL_STREAMS`]), and a peer that keeps opening streams is never held back more
 	/// than the round trip of the MAX_STREAMS that this sends.
 	///
-	/// Also, up to [`CHURN_ALLOWANCE`], once the peer has opened twice the allowance since it last
-	/// grew, however few at a time: quinn-proto grants streams back in a MAX_STREAMS each time an
+	/// Also, straight to [`CHURN_ALLOWANCE`], once the peer has opened twice the allowance since it
+	/// last grew, however few at a time: quinn-proto grants streams back in a MAX_STREAMS each time an
 	/// eighth of the allowance has closed, an ack-eliciting packet that the peer answers with an
 	/// ACK of its own. A MoQ viewer gets a stream per group, one or two open at a time; at 16 it
 	/// sent a MAX_STREAMS every third group, and the relay an ACK alone for each (0.34 datagrams per
@@ -429,7 +429,11 @@ impl ConnState {
 			return;
 		}
 		self.grown_at[i] = self.accepted[i];
-		let count = (allowance * 2).clamp(1, self.max_streams);
+		let count = match churning {
+			true => (allowance * 2).max(CHURN_ALLOWANCE),
+			false => allowance * 2,
+		}
+		.clamp(1, self.max_streams);
 		self.proto
 			.set_max_concurrent_streams(dir, VarInt::from_u64(count).unwrap_or(VarInt::MAX));
 	}
