@@ -218,9 +218,19 @@ async fn session(
 	};
 	match race(client.closed(), watch).await {
 		Either::Left(code) => Ok(Some(code)),
-		Either::Right(result) => result.map(|()| None),
+		Either::Right(Ok(())) => Ok(None),
+		// A relay going away can end the track before the close reaches us: the publisher's
+		// session may close first, on another of the relay's workers. A track that fails as the
+		// session closes is the session's end.
+		Either::Right(Err(err)) => match race(client.closed(), kio::time::sleep(CLOSE_GRACE)).await {
+			Either::Left(code) => Ok(Some(code)),
+			Either::Right(()) => Err(err),
+		},
 	}
 }
+
+/// How long a failed track waits for its session's close, to report that instead.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// How to check the relay at `addr`: as the flags say, or by the fingerprint it serves.
 async fn verification(args: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Verification> {
