@@ -74,8 +74,9 @@ const MIN_SEND_WINDOW: u64 = 64 * 1024;
 const MIN_DATAGRAM_OVERHEAD: usize = 20;
 /// The allowance a client gives a peer that opens streams one or two at a time (see
 /// `ConnState::grow_allowance`): a MAX_STREAMS every 17 streams instead of every 3 at
-/// [`crate::INITIAL_STREAMS`]. quinn-proto keeps an entry for each allowed stream, some 67 bytes
-/// (dhat), about 8.6 KB, and the streams it lets the peer open at once more.
+/// [`crate::INITIAL_STREAMS`]. quinn-proto keeps an entry for each allowed stream (some 67 bytes,
+/// dhat), and the peer may then have that many open at once: on the relay's publishers it cost
+/// 53 KiB per connection, so only clients give it.
 const CHURN_ALLOWANCE: u64 = 128;
 
 /// A stream id as the scheduler's key, and back.
@@ -411,14 +412,14 @@ impl ConnState {
 	/// than the round trip of the MAX_STREAMS that this sends.
 	///
 	/// On a client, also straight to [`CHURN_ALLOWANCE`], once the peer has opened twice the
-	/// allowance since it last grew, however few at a time: quinn-proto grants streams back in a MAX_STREAMS each time an
-	/// eighth of the allowance has closed, an ack-eliciting packet that the peer answers with an
-	/// ACK of its own. A MoQ viewer gets a stream per group, one or two open at a time; at 16 it
-	/// sent a MAX_STREAMS every third group, and the relay an ACK alone for each (0.34 datagrams per
-	/// delivered frame on top of the frame's one, fanout of 100 at 5 fps; see docs/bench.md). Not
-	/// on a server: there, publishers' connections took 53 KiB more each (the relay benchmark's
-	/// chat of 20, 416 against 363 KiB per connection, same run) for the MAX_STREAMS the relay
-	/// sends them, and a server holds many connections.
+	/// allowance since it last grew, however few at a time: quinn-proto grants streams back in a
+	/// MAX_STREAMS each time an eighth of the allowance has closed, an ack-eliciting packet that
+	/// the peer answers with an ACK of its own. A MoQ viewer gets a stream per group, one or two
+	/// open at a time; at 16 it sent a MAX_STREAMS every third group, and the relay an ACK alone
+	/// for each (0.34 datagrams per delivered frame on top of the frame's one, fanout of 100 at
+	/// 5 fps; see docs/bench.md). Not on a server: there, publishers' connections took 53 KiB
+	/// more each (the relay benchmark's chat of 20, 416 against 363 KiB per connection, same run)
+	/// for the MAX_STREAMS the relay sends them, and a server holds many connections.
 	fn grow_allowance(&mut self, dir: Dir) {
 		let allowance = self.proto.max_concurrent_streams(dir);
 		if allowance >= self.max_streams {
@@ -433,11 +434,8 @@ impl ConnState {
 			return;
 		}
 		self.grown_at[i] = self.accepted[i];
-		let count = match churning {
-			true => (allowance * 2).max(CHURN_ALLOWANCE),
-			false => allowance * 2,
-		}
-		.clamp(1, self.max_streams);
+		let floor = if churning { CHURN_ALLOWANCE } else { 1 };
+		let count = (allowance * 2).max(floor).min(self.max_streams);
 		self.proto
 			.set_max_concurrent_streams(dir, VarInt::from_u64(count).unwrap_or(VarInt::MAX));
 	}

@@ -79,6 +79,8 @@ const TRACK: &str = "seconds";
 
 /// A session that lasted this long starts the next backoff from its shortest delay again.
 const STABLE: Duration = Duration::from_secs(30);
+/// How long a failed track waits for its session's close, to report that instead.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
 	let args = Args::parse();
@@ -228,9 +230,6 @@ async fn session(
 		},
 	}
 }
-
-/// How long a failed track waits for its session's close, to report that instead.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// How to check the relay at `addr`: as the flags say, or by the fingerprint it serves.
 async fn verification(args: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Verification> {
