@@ -29,32 +29,38 @@
 //!   tail is one store.
 //! * A group's ready streams form the same kind of circular list through the stream slots, so
 //!   removing a stream, ready or not, is O(1).
-//! * Levels are found by priority in a small open-addressing hash table (linear probing,
-//!   Fibonacci hashing, backward-shift deletion, so no tombstones), and ordered by a 64-ary
-//!   bitmap trie over the priorities (`Trie`, behind a sorted array for the first few:
-//!   `Order`), whose words are kept in the same kind of table:
-//!   creating or dropping a level changes the words on its priority's path, stopping at the
-//!   first that was or stays non-empty, and the next level down is found by climbing to the
-//!   first word with a lower bit. The highest level is kept at hand for [`Scheduler::pick`].
-//!   Nothing depends on how many levels there are. The MoQ session gives every group stream its
-//!   own priority, so thousands of levels of one group each are the normal case.
+//! * Levels are found by priority, and ordered, in one map (`LevelMap`): up to four levels in a
+//!   sorted array of `(priority, level)`, a relay connection's usual count, then a 64-ary radix
+//!   tree over the priorities (`Radix`: a root for the top two bits, five tiers of six, a bitmap
+//!   of present children in each node) whose leaves hold the level slots. The leaf last reached
+//!   is kept, and the session's priorities are mostly consecutive, so creating or dropping a
+//!   level usually touches that one leaf; otherwise it walks the six tiers. The next level down
+//!   is in the same leaf or a climb of the path. The highest level is kept at hand for
+//!   [`Scheduler::pick`]. Nothing depends on how many levels there are. The MoQ session gives
+//!   every group stream its own priority, so thousands of levels of one group each are the
+//!   normal case.
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 112 to 114; retiring (the group's stream, then the group)
-//! 145 to 146. A level per group (the session's pattern): retiring a group and inserting one at
-//! its priority (a level dropped and created) 567 to 690, reprioritizing to a new priority 293 to
-//! 385, the same at 16 levels as at 16,384 (before LTO: 121 to 123, 156 to 157, 589 to 712 and
-//! 305 to 397). With a binary heap ordering the levels these were 501 to 1,146, growing with
-//! the levels (a sift the height of the heap each way), and 197 to 227 (a re-keyed level moves
-//! little in a heap; here it leaves its words and joins others). Up to four levels, the usual
-//! count on a relay's connection, sit in a sorted array: in the trie alone, the relay's one or
-//! two levels per connection cost some 550 instructions per delivered frame (every add and
-//! remove of a lone key climbs all the tiers). The first version, on the slab crate and a
-//! `BTreeMap` of levels, took 199 to 201 and 179 to 181 for the first two (an enum check on
-//! every slot access, a B-tree search per join) and 500 to 2,485 for a reprioritize to a new
-//! priority. Reprioritizing a group alone in its level to a priority no level has re-keys the
-//! level in place instead of dropping it and creating another.
+//! reprioritizing to an existing level 120 to 165 (8 levels are past the array, and each
+//! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
+//! the group) 145 to 146. A level per group (the session's pattern): reprioritizing to a new
+//! priority 176 to 233; retiring a group and inserting one at its priority (a level dropped and
+//! created) 474 to 537, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
+//! the same retire and insert without the level work costs 327 to 371 (slot, ring and
+//! ready-list bookkeeping of five calls), and the level work some 150 more.
+//!
+//! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
+//! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
+//! an open-addressing table, and a second table from priority to level), 567 to 690, and 293 to
+//! 385 per reprioritize to a new priority, with 112 to 114 per reprioritize and 318 to 320 per
+//! retire and insert in shared levels (a table probe is one lookup at any spread of keys); the
+//! first version, on the slab crate and a `BTreeMap` of levels, 500 to 2,485 for that
+//! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
+//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 410 and 437
+//! instructions (the trie's version: 492 and 509) and the reprioritize 124 and 154 (207 and
+//! 224). Reprioritizing a group alone in its level to a priority no level has re-keys the level
+//! in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!
@@ -76,6 +82,7 @@
 //! Handles of removed streams and retired groups must not be used again: their slots are reused
 //! (debug builds catch a handle used while its slot is free).
 
+use std::cell::Cell;
 use std::ops::{Index, IndexMut};
 
 /// The "no slot" link.
@@ -204,202 +211,88 @@ impl<T> IndexMut<u32> for Slots<T> {
 	}
 }
 
-/// A key of a [`Table`]: 32 bits to hash.
-trait TableKey: Copy + Eq {
-	fn bits(self) -> u32;
-}
-
-impl TableKey for i32 {
-	fn bits(self) -> u32 {
-		self as u32
-	}
-}
-
-impl TableKey for u32 {
-	fn bits(self) -> u32 {
-		self
-	}
-}
-
-/// A value of a [`Table`], with the one value that marks an empty entry.
-trait TableValue: Copy + Eq {
-	const VACANT: Self;
-}
-
-impl TableValue for u32 {
-	const VACANT: Self = NIL;
-}
-
-impl TableValue for u64 {
-	const VACANT: Self = 0;
-}
-
-/// Open addressing with linear probing over a power-of-two table kept at most half full, for the
-/// level index (priority to level slot) and the order's bitmap words. Fibonacci hashing (the
-/// multiplier's top bits) spreads the session's priorities, which differ in their low bits (group
-/// sequence) and their high bits (subscriber priority). Deleting shifts the following run back
-/// instead of leaving tombstones, so lookups stay short however many keys come and go.
+/// The levels by priority, in order: which level a priority has, and the highest level below a
+/// priority. Up to [`SMALL_LEVELS`] of them sit in a sorted array, which is the whole of it on
+/// most of the relay's connections (one to three group streams in flight, 48 bytes and no
+/// allocation); past that they move to a [`Radix`] tree, and back once they are down to half.
+/// Every operation is bounded by the array's size or the tree's height, whatever the count.
 #[derive(Debug)]
-struct Table<K, V> {
-	/// `(key, value)`; the value is `V::VACANT` in an empty entry.
-	entries: Vec<(K, V)>,
-	/// `32 - log2(entries.len())`: the hash is the top bits of the product.
-	shift: u32,
-	len: usize,
-}
-
-impl<K: TableKey, V: TableValue> Table<K, V> {
-	/// A table of `entries` (a power of two) entries; with none it allocates nothing, and only
-	/// `insert` and `grow` may be called on it then.
-	fn new(entries: usize, zero: K) -> Self {
-		Self {
-			entries: vec![(zero, V::VACANT); entries],
-			shift: 32 - entries.max(2).trailing_zeros(),
-			len: 0,
-		}
-	}
-
-	fn home(&self, key: K) -> usize {
-		(key.bits().wrapping_mul(0x9e37_79b9) >> self.shift) as usize
-	}
-
-	/// The entry of `key`, or the empty one where it would go.
-	fn find(&self, key: K) -> usize {
-		let mask = self.entries.len() - 1;
-		let mut at = self.home(key);
-		loop {
-			let (k, value) = self.entries[at];
-			if value == V::VACANT || k == key {
-				return at;
-			}
-			at = (at + 1) & mask;
-		}
-	}
-
-	/// The value of `key`, `V::VACANT` if absent.
-	fn get(&self, key: K) -> V {
-		self.entries[self.find(key)].1
-	}
-
-	/// Adds `key`, which must be absent, with `value` (not `V::VACANT`).
-	fn insert(&mut self, key: K, value: V) {
-		if (self.len + 1) * 2 > self.entries.len() {
-			self.grow(key);
-		}
-		self.len += 1;
-		let at = self.find(key);
-		self.entries[at] = (key, value);
-	}
-
-	fn grow(&mut self, zero: K) {
-		let bigger = vec![(zero, V::VACANT); (self.entries.len() * 2).max(8)];
-		let old = std::mem::replace(&mut self.entries, bigger);
-		self.shift = 32 - self.entries.len().trailing_zeros();
-		for (key, value) in old {
-			if value != V::VACANT {
-				let at = self.find(key);
-				self.entries[at] = (key, value);
-			}
-		}
-	}
-
-	/// Empties entry `hole`, which holds a key.
-	fn remove_at(&mut self, mut hole: usize) {
-		let mask = self.entries.len() - 1;
-		self.len -= 1;
-		// Pull back each later entry of the run that may live in the hole: one whose home is not
-		// cyclically after the hole (it is at least as far from its home as from the hole).
-		let mut at = hole;
-		loop {
-			at = (at + 1) & mask;
-			let (key, value) = self.entries[at];
-			if value == V::VACANT {
-				break;
-			}
-			if (at.wrapping_sub(self.home(key)) & mask) >= (at.wrapping_sub(hole) & mask) {
-				self.entries[hole] = (key, value);
-				hole = at;
-			}
-		}
-		self.entries[hole].1 = V::VACANT;
-	}
-
-	/// Removes `key`, which must be present.
-	fn remove(&mut self, key: K) {
-		self.remove_at(self.find(key));
-	}
-}
-
-/// Priority to level slot.
-type LevelIndex = Table<i32, u32>;
-
-impl LevelIndex {
-	const MIN_ENTRIES: usize = 16;
-
-	fn with_min() -> Self {
-		Self::new(Self::MIN_ENTRIES, 0)
-	}
-}
-
-/// Which priorities have a level, in order. Up to [`SMALL_ORDER`] of them sit in a sorted array:
-/// a connection of the relay usually has one to three group streams in flight, and with a
-/// single key every add and remove in the trie climbs all its tiers (about 230 instructions
-/// each way per delivered frame, callgrind). Past that they move to a [`Trie`], and back once
-/// they are down to half. Every operation is bounded by the array's size or the trie's height.
-#[derive(Debug)]
-struct Order {
-	/// Ascending; `small_len` of them, while not `spilled`.
-	small: [i32; SMALL_ORDER],
+struct LevelMap {
+	/// Ascending by priority; `small_len` of them, while not `spilled`.
+	small: [(i32, u32); SMALL_LEVELS],
 	small_len: usize,
 	spilled: bool,
-	/// The keys while `spilled`; its table is allocated on the first spill.
-	trie: Trie,
+	/// The levels while `spilled`; it allocates on the first spill.
+	radix: Radix,
 }
 
-/// Priorities the sorted array holds. Past a few, the array's moves cost more than the trie's
-/// probes (at 16: 618 instructions per retire and insert of a level, against 562 in the trie).
-const SMALL_ORDER: usize = 4;
+/// Levels the sorted array holds: past a few, its moves cost more than the tree's walk.
+const SMALL_LEVELS: usize = 4;
 
-impl Order {
+impl LevelMap {
 	fn new() -> Self {
 		Self {
-			small: [0; SMALL_ORDER],
+			small: [(0, NIL); SMALL_LEVELS],
 			small_len: 0,
 			spilled: false,
-			trie: Trie::new(),
+			radix: Radix::new(),
 		}
 	}
 
-	/// Adds `priority`, which must be absent.
-	fn insert(&mut self, priority: i32) {
+	#[cfg(test)]
+	fn len(&self) -> usize {
+		match self.spilled {
+			false => self.small_len,
+			true => self.radix.count,
+		}
+	}
+
+	/// The level of `priority`, `NIL` if none.
+	#[inline(always)]
+	fn get(&self, priority: i32) -> u32 {
+		if self.spilled {
+			return self.radix.get(order_key(priority));
+		}
+		for &(p, level) in &self.small[..self.small_len] {
+			if p == priority {
+				return level;
+			}
+		}
+		NIL
+	}
+
+	/// Adds `priority`, which must be absent, with `level`.
+	#[inline(always)]
+	fn insert(&mut self, priority: i32, level: u32) {
 		if !self.spilled {
 			let len = self.small_len;
-			if len < SMALL_ORDER {
+			if len < SMALL_LEVELS {
 				// Insertion into a handful: plain moves beat a binary search and a `memmove`.
 				let mut at = len;
-				while at > 0 && self.small[at - 1] > priority {
+				while at > 0 && self.small[at - 1].0 > priority {
 					self.small[at] = self.small[at - 1];
 					at -= 1;
 				}
-				self.small[at] = priority;
+				self.small[at] = (priority, level);
 				self.small_len = len + 1;
 				return;
 			}
-			for &p in &self.small[..len] {
-				self.trie.insert(p);
+			for &(p, l) in &self.small[..len] {
+				self.radix.insert(order_key(p), l);
 			}
 			self.small_len = 0;
 			self.spilled = true;
 		}
-		self.trie.insert(priority);
+		self.radix.insert(order_key(priority), level);
 	}
 
 	/// Removes `priority`, which must be present.
+	#[inline(always)]
 	fn remove(&mut self, priority: i32) {
 		if !self.spilled {
 			let len = self.small_len;
 			let mut at = 0;
-			while self.small[at] != priority {
+			while self.small[at].0 != priority {
 				at += 1;
 			}
 			while at + 1 < len {
@@ -409,71 +302,51 @@ impl Order {
 			self.small_len = len - 1;
 			return;
 		}
-		self.trie.remove(priority);
-		if self.trie.count <= SMALL_ORDER / 2 {
+		self.radix.remove(order_key(priority));
+		if self.radix.count <= SMALL_LEVELS / 2 {
 			// Back to the array, lowest first.
-			let mut len = self.trie.count;
-			let mut next = self.trie.max();
-			while let Some(p) = next {
+			let mut len = self.radix.count;
+			let mut next = self.radix.max();
+			while let Some((key, level)) = next {
 				len -= 1;
-				self.small[len] = p;
-				next = self.trie.below(p);
+				self.small[len] = (order_priority(key), level);
+				next = self.radix.below(key);
 			}
-			self.small_len = self.trie.count;
-			for &p in &self.small[..self.small_len] {
-				self.trie.remove(p);
+			self.small_len = self.radix.count;
+			for &(p, _) in &self.small[..self.small_len] {
+				self.radix.remove(order_key(p));
 			}
 			self.spilled = false;
 		}
 	}
 
-	/// The highest priority present.
+	/// The highest priority present and its level.
 	#[cfg(test)]
-	fn max(&self) -> Option<i32> {
+	fn max(&self) -> Option<(i32, u32)> {
 		match self.spilled {
 			false => self.small[..self.small_len].last().copied(),
-			true => self.trie.max(),
+			true => self.radix.max().map(|(key, level)| (order_priority(key), level)),
 		}
 	}
 
-	/// The highest priority present below `priority` (present or not).
-	fn below(&self, priority: i32) -> Option<i32> {
+	/// The highest priority present below `priority` (present or not), and its level.
+	#[inline(always)]
+	fn below(&self, priority: i32) -> Option<(i32, u32)> {
 		match self.spilled {
 			false => self.small[..self.small_len]
 				.iter()
 				.rev()
-				.find(|&&p| p < priority)
+				.find(|&&(p, _)| p < priority)
 				.copied(),
-			true => self.trie.below(priority),
+			true => self
+				.radix
+				.below(order_key(priority))
+				.map(|(key, level)| (order_priority(key), level)),
 		}
 	}
 }
 
-/// Many priorities in order: a 64-ary bitmap trie over the priorities as unsigned
-/// keys (`priority ^ i32::MIN` keeps their order). The tier-`t` word of a key `k` has a bit for
-/// each of the 64 subtrees under the prefix `k >> 6(t + 1)`, bit `(k >> 6t) & 63` for `k`'s own;
-/// a bit is set while its subtree holds a key. Tiers 0 to 3 keep only their non-empty words, in
-/// an open-addressing table keyed by tier and prefix; tier 4 (four words, by `k >> 30`) and the
-/// root are fields. Adding or removing a key changes at most the words on its path, and stops
-/// at the first that was (or stays) non-empty: under the session's priorities, which are mostly
-/// consecutive, one probe. The highest key below another is found by climbing to the first word
-/// with a lower bit and following the highest bits down: at most eight probes, one when the
-/// next key shares the removed one's word. No operation depends on how many keys there are.
-#[derive(Debug)]
-struct Trie {
-	/// `tier << 26 | prefix` to the word's bits; only non-empty words are kept.
-	words: Table<u32, u64>,
-	/// Keys in the trie.
-	count: usize,
-	/// Tier 4, by `k >> 30`: bit `(k >> 24) & 63`.
-	top: [u64; 4],
-	/// Bit `k >> 30`.
-	root: u64,
-}
-
-/// Tiers kept in the table.
-const HASHED_TIERS: u32 = 4;
-
+/// A priority as an unsigned key in the same order.
 fn order_key(priority: i32) -> u32 {
 	(priority as u32) ^ 0x8000_0000
 }
@@ -482,130 +355,283 @@ fn order_priority(key: u32) -> i32 {
 	(key ^ 0x8000_0000) as i32
 }
 
-/// The table key of `key`'s word in `tier`.
-fn word_id(key: u32, tier: u32) -> u32 {
-	(tier << 26) | (key >> (6 * tier + 6))
+/// A 64-ary radix tree over 32-bit keys, from key to level slot: a root for the top two bits,
+/// then five tiers of six bits, the last of them the leaves, whose children are the levels.
+/// Each node has a bitmap of the children it has, so a child is read only where its bit is
+/// set, a freed node needs no clearing, and the highest child below a place is one
+/// `leading_zeros`. Nodes with no children are freed, so the tree holds only the paths to its
+/// keys.
+///
+/// The leaf last reached is kept with its prefix. The session's priorities are mostly
+/// consecutive (a new group ranks next to the last), so most operations find their key's leaf
+/// there and touch one node: that is what makes creating and dropping a level cost about what
+/// linking a group does. Otherwise an operation walks the six tiers from the root, which is
+/// still independent of the number of keys.
+#[derive(Debug)]
+struct Radix {
+	/// `nodes[0]` is the root, once there is one.
+	nodes: Vec<Node>,
+	/// Freed nodes, linked through their first child.
+	free: u32,
+	count: usize,
+	/// The leaf last reached, `NIL` if none (or freed since), and its keys' `key >> 6`. A
+	/// cell, so that lookups, which fill it, need no `&mut`.
+	leaf: Cell<(u32, u32)>,
+	/// Keys recently looked up and their levels, direct-mapped by a hash of the key; an entry
+	/// goes when its key does. Levels of several subscriber priorities on one connection differ
+	/// in their high bits, so their lookups take turns missing the leaf and walking six tiers:
+	/// at 8 such levels that made a reprioritize 214 instructions instead of 120.
+	recent: [Cell<(u32, u32)>; RECENT],
 }
 
-/// `key`'s bit in its word of `tier`.
-fn word_bit(key: u32, tier: u32) -> u64 {
-	1 << ((key >> (6 * tier)) & 63)
+/// Entries of [`Radix::recent`].
+const RECENT: usize = 8;
+
+fn recent_slot(key: u32) -> usize {
+	(key.wrapping_mul(0x9e37_79b9) >> (32 - RECENT.trailing_zeros())) as usize
 }
 
-fn highest(word: u64) -> u32 {
-	63 - word.leading_zeros()
+#[derive(Clone, Debug)]
+struct Node {
+	bits: u64,
+	/// Node slots below (the level slots, in a leaf); meaningful only where `bits` is set.
+	child: [u32; 64],
 }
 
-impl Trie {
-	/// An empty trie; its table is allocated by the first insert.
+/// Tiers below the root; tier 0 holds the leaves.
+const RADIX_TIERS: u32 = 5;
+
+/// The child index of `key` in a node of `tier` (`RADIX_TIERS` is the root).
+fn radix_index(key: u32, tier: u32) -> usize {
+	((key as u64 >> (6 * tier)) & 63) as usize
+}
+
+fn highest(word: u64) -> usize {
+	63 - word.leading_zeros() as usize
+}
+
+impl Radix {
+	/// An empty tree; it allocates on the first insert.
 	fn new() -> Self {
 		Self {
-			words: Table::new(0, 0),
+			nodes: Vec::new(),
+			free: NIL,
 			count: 0,
-			top: [0; 4],
-			root: 0,
+			leaf: Cell::new((NIL, 0)),
+			recent: [const { Cell::new((0, NIL)) }; RECENT],
 		}
 	}
 
-	fn word(&self, id: u32) -> u64 {
-		self.words.get(id)
+	/// The leaf holding `key`'s place, `NIL` if there is none, from the cache or a walk.
+	fn leaf_of(&self, key: u32) -> u32 {
+		let (leaf, prefix) = self.leaf.get();
+		if leaf != NIL && prefix == key >> 6 {
+			return leaf;
+		}
+		if self.nodes.is_empty() {
+			return NIL;
+		}
+		let mut node = 0;
+		for tier in (1..=RADIX_TIERS).rev() {
+			let n = &self.nodes[node as usize];
+			let i = radix_index(key, tier);
+			if n.bits & (1 << i) == 0 {
+				return NIL;
+			}
+			node = n.child[i];
+		}
+		self.leaf.set((node, key >> 6));
+		node
 	}
 
-	/// Sets `bit` in word `id`; true if the word was empty.
-	fn set(&mut self, id: u32, bit: u64) -> bool {
-		let at = self.words.find(id);
-		let bits = self.words.entries[at].1;
-		if bits == 0 {
-			self.words.insert(id, bit);
-			return true;
+	/// The level of `key`, `NIL` if absent: from the cached leaf, else from `recent`, else by a
+	/// walk.
+	#[inline(never)]
+	fn get(&self, key: u32) -> u32 {
+		let (leaf, prefix) = self.leaf.get();
+		if leaf != NIL && prefix == key >> 6 {
+			return self.level_in(leaf, key);
 		}
-		self.words.entries[at].1 = bits | bit;
-		false
+		let recent = &self.recent[recent_slot(key)];
+		let (k, level) = recent.get();
+		if level != NIL && k == key {
+			return level;
+		}
+		let leaf = self.leaf_of(key);
+		if leaf == NIL {
+			return NIL;
+		}
+		let level = self.level_in(leaf, key);
+		if level != NIL {
+			recent.set((key, level));
+		}
+		level
 	}
 
-	/// Clears `bit` in word `id`, which holds it; true if the word is now empty (and gone).
-	fn clear(&mut self, id: u32, bit: u64) -> bool {
-		let at = self.words.find(id);
-		let bits = self.words.entries[at].1 & !bit;
-		if bits == 0 {
-			self.words.remove_at(at);
-			return true;
+	/// The level of `key` in its `leaf`, `NIL` if absent.
+	fn level_in(&self, leaf: u32, key: u32) -> u32 {
+		let n = &self.nodes[leaf as usize];
+		let i = radix_index(key, 0);
+		if n.bits & (1 << i) == 0 {
+			return NIL;
 		}
-		self.words.entries[at].1 = bits;
-		false
+		n.child[i]
 	}
 
-	/// Adds `priority`, which must be absent.
-	fn insert(&mut self, priority: i32) {
-		if self.words.entries.is_empty() {
-			self.words.grow(0);
+	/// Adds `key`, which must be absent, with `level`.
+	#[inline(never)]
+	fn insert(&mut self, key: u32, level: u32) {
+		let mut leaf = self.leaf_of(key);
+		if leaf == NIL {
+			leaf = self.make_path(key);
 		}
+		let n = &mut self.nodes[leaf as usize];
+		let i = radix_index(key, 0);
+		n.bits |= 1 << i;
+		n.child[i] = level;
 		self.count += 1;
-		let key = order_key(priority);
-		for tier in 0..HASHED_TIERS {
-			if !self.set(word_id(key, tier), word_bit(key, tier)) {
-				return;
-			}
-		}
-		let t = (key >> 30) as usize;
-		self.top[t] |= word_bit(key, 4);
-		self.root |= 1 << t;
 	}
 
-	/// Removes `priority`, which must be present.
-	fn remove(&mut self, priority: i32) {
+	/// Creates the nodes missing on `key`'s path and returns its leaf, which it caches.
+	#[inline(never)]
+	fn make_path(&mut self, key: u32) -> u32 {
+		if self.nodes.is_empty() {
+			self.nodes.push(Node {
+				bits: 0,
+				child: [NIL; 64],
+			});
+		}
+		let mut node = 0;
+		for tier in (1..=RADIX_TIERS).rev() {
+			let i = radix_index(key, tier);
+			let n = &self.nodes[node as usize];
+			node = if n.bits & (1 << i) != 0 {
+				n.child[i]
+			} else {
+				let new = self.alloc();
+				let n = &mut self.nodes[node as usize];
+				n.bits |= 1 << i;
+				n.child[i] = new;
+				new
+			};
+		}
+		self.leaf.set((node, key >> 6));
+		node
+	}
+
+	/// A node with no children.
+	fn alloc(&mut self) -> u32 {
+		if self.free != NIL {
+			let node = self.free;
+			self.free = self.nodes[node as usize].child[0];
+			return node;
+		}
+		let node = slot_u32(self.nodes.len());
+		self.nodes.push(Node {
+			bits: 0,
+			child: [NIL; 64],
+		});
+		node
+	}
+
+	/// Removes `key`, which must be present.
+	#[inline(never)]
+	fn remove(&mut self, key: u32) {
+		let recent = &self.recent[recent_slot(key)];
+		if recent.get().0 == key {
+			recent.set((0, NIL));
+		}
+		let leaf = self.leaf_of(key);
+		let n = &mut self.nodes[leaf as usize];
+		n.bits &= !(1 << radix_index(key, 0));
 		self.count -= 1;
-		let key = order_key(priority);
-		for tier in 0..HASHED_TIERS {
-			if !self.clear(word_id(key, tier), word_bit(key, tier)) {
+		if n.bits == 0 {
+			self.prune(key);
+		}
+	}
+
+	/// Frees `key`'s leaf, which has just emptied, and every node above it that this empties
+	/// (the root stays).
+	#[inline(never)]
+	fn prune(&mut self, key: u32) {
+		let mut path = [0u32; RADIX_TIERS as usize + 1];
+		for tier in (1..=RADIX_TIERS).rev() {
+			let node = path[tier as usize];
+			path[tier as usize - 1] = self.nodes[node as usize].child[radix_index(key, tier)];
+		}
+		self.leaf.set((NIL, 0));
+		for tier in 0..RADIX_TIERS {
+			let node = path[tier as usize];
+			self.nodes[node as usize].child[0] = self.free;
+			self.free = node;
+			let parent = &mut self.nodes[path[tier as usize + 1] as usize];
+			parent.bits &= !(1 << radix_index(key, tier + 1));
+			if parent.bits != 0 {
 				return;
 			}
 		}
-		let t = (key >> 30) as usize;
-		self.top[t] &= !word_bit(key, 4);
-		if self.top[t] == 0 {
-			self.root &= !(1 << t);
-		}
 	}
 
-	/// The highest priority present.
-	fn max(&self) -> Option<i32> {
-		if self.root == 0 {
+	/// The highest key and its level.
+	fn max(&self) -> Option<(u32, u32)> {
+		let root = self.nodes.first()?;
+		if root.bits == 0 {
 			return None;
 		}
-		let t = highest(self.root);
-		Some(self.descend((t << 6) | highest(self.top[t as usize]), 4))
+		Some(self.descend(0, highest(root.bits), RADIX_TIERS, 0))
 	}
 
-	/// The highest priority present below `priority` (present or not).
-	fn below(&self, priority: i32) -> Option<i32> {
-		let key = order_key(priority);
-		for tier in 0..HASHED_TIERS {
-			let lower = self.word(word_id(key, tier)) & (word_bit(key, tier) - 1);
+	/// The highest key below `key` (present or not) and its level.
+	#[inline(never)]
+	fn below(&self, key: u32) -> Option<(u32, u32)> {
+		let (leaf, prefix) = self.leaf.get();
+		if leaf != NIL && prefix == key >> 6 {
+			let n = &self.nodes[leaf as usize];
+			let lower = n.bits & ((1 << (key & 63)) - 1);
 			if lower != 0 {
-				return Some(self.descend(((key >> (6 * tier + 6)) << 6) | highest(lower), tier));
+				let i = highest(lower);
+				return Some(((key & !63) | i as u32, n.child[i]));
 			}
 		}
-		let t = key >> 30;
-		let lower = self.top[t as usize] & (word_bit(key, 4) - 1);
-		if lower != 0 {
-			return Some(self.descend((t << 6) | highest(lower), 4));
-		}
-		let lower = self.root & ((1 << t) - 1);
-		if lower == 0 {
+		// Walk down `key`'s path as far as it goes, noting the deepest node with a child below
+		// the path's: the answer is the highest key under that child.
+		let mut node = 0;
+		let mut best = None;
+		if self.nodes.is_empty() {
 			return None;
 		}
-		let t = highest(lower);
-		Some(self.descend((t << 6) | highest(self.top[t as usize]), 4))
+		for tier in (0..=RADIX_TIERS).rev() {
+			let n = &self.nodes[node as usize];
+			let i = radix_index(key, tier);
+			let lower = n.bits & ((1 << i) - 1);
+			if lower != 0 {
+				best = Some((node, highest(lower), tier));
+			}
+			if n.bits & (1 << i) == 0 || tier == 0 {
+				break;
+			}
+			node = n.child[i];
+		}
+		let (node, i, tier) = best?;
+		// The key's bits above `tier`'s, then the child's index.
+		let above = if tier == RADIX_TIERS {
+			0
+		} else {
+			(key as u64 >> (6 * tier + 6)) << (6 * tier + 6)
+		};
+		Some(self.descend(node, i, tier, above as u32))
 	}
 
-	/// Follows the highest bits from `prefix` (a set bit of `tier`'s word, as `key >> 6 * tier`)
-	/// down to a key.
-	fn descend(&self, mut prefix: u32, tier: u32) -> i32 {
+	/// Follows the highest children from child `i` of `node` (of `tier`), whose key bits above
+	/// the tier are `above`, down to a key and its level.
+	fn descend(&self, mut node: u32, mut i: usize, tier: u32, above: u32) -> (u32, u32) {
+		let mut key = above as u64 | ((i as u64) << (6 * tier));
 		for t in (0..tier).rev() {
-			prefix = (prefix << 6) | highest(self.word((t << 26) | prefix));
+			node = self.nodes[node as usize].child[i];
+			i = highest(self.nodes[node as usize].bits);
+			key |= (i as u64) << (6 * t);
 		}
-		order_priority(prefix)
+		(key as u32, self.nodes[node as usize].child[i])
 	}
 }
 
@@ -617,9 +643,8 @@ pub struct Scheduler {
 	groups: Slots<Group>,
 	streams: Slots<Stream>,
 	levels: Slots<Level>,
-	index: LevelIndex,
-	/// The priorities of the levels, in order.
-	order: Order,
+	/// The levels by priority, in order.
+	by_priority: LevelMap,
 	/// The level of the highest priority, the one `pick` serves; `NIL` when there is none.
 	top: u32,
 	/// Streams in a ready list, anywhere.
@@ -645,8 +670,7 @@ impl Scheduler {
 			groups: Slots::with_capacity(groups),
 			streams: Slots::with_capacity(streams),
 			levels: Slots::with_capacity(0),
-			index: LevelIndex::with_min(),
-			order: Order::new(),
+			by_priority: LevelMap::new(),
 			top: NIL,
 			ready: 0,
 		}
@@ -688,7 +712,7 @@ impl Scheduler {
 		// Alone in its ring and bound for a priority no level has (the session's pattern): the
 		// level changes key instead of being dropped and created again.
 		let (alone, level) = (g.next == group.0, g.level);
-		if has_ready && alone && self.index.get(priority) == NIL {
+		if has_ready && alone && self.by_priority.get(priority) == NIL {
 			self.rekey(level, priority);
 			return;
 		}
@@ -971,7 +995,7 @@ impl Scheduler {
 	/// there is none.
 	fn link_tail(&mut self, group: u32) {
 		let priority = self.groups[group].priority;
-		let level = self.index.get(priority);
+		let level = self.by_priority.get(priority);
 		if level == NIL {
 			return self.create_level(group, priority);
 		}
@@ -985,14 +1009,13 @@ impl Scheduler {
 		g.next = head;
 	}
 
-	/// A level at `priority` whose ring is just `group`. Kept out of line: inlined, its index and
-	/// order work made every `link_tail` save and restore six registers, some 20 instructions
+	/// A level at `priority` whose ring is just `group`. Kept out of line: inlined, its map work
+	/// made every `link_tail` save and restore six registers, some 20 instructions
 	/// of a join that does not create a level.
 	#[inline(never)]
 	fn create_level(&mut self, group: u32, priority: i32) {
 		let level = self.levels.insert(Level { priority, head: group });
-		self.index.insert(priority, level);
-		self.order.insert(priority);
+		self.by_priority.insert(priority, level);
 		if self.top == NIL || self.levels[self.top].priority < priority {
 			self.top = level;
 		}
@@ -1009,11 +1032,10 @@ impl Scheduler {
 		let priority = l.priority;
 		l.head = FREE;
 		self.levels.free(level);
-		self.index.remove(priority);
-		self.order.remove(priority);
+		self.by_priority.remove(priority);
 		if self.top == level {
 			// It was the highest: the next is the highest below it.
-			self.top = self.order.below(priority).map_or(NIL, |p| self.index.get(p));
+			self.top = self.by_priority.below(priority).map_or(NIL, |(_, level)| level);
 		}
 	}
 
@@ -1023,15 +1045,13 @@ impl Scheduler {
 		let l = &mut self.levels[level];
 		let old = l.priority;
 		l.priority = priority;
-		self.index.remove(old);
-		self.index.insert(priority, level);
-		self.order.remove(old);
-		self.order.insert(priority);
+		self.by_priority.remove(old);
+		self.by_priority.insert(priority, level);
 		if self.top == level {
 			// It was the highest: it still is unless a level below its old priority is above
 			// its new one (found from the old key's word, usually without climbing).
-			if let Some(next) = self.order.below(old).filter(|&next| next > priority) {
-				self.top = self.index.get(next);
+			if let Some((_, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
+				self.top = next;
 			}
 		} else if self.levels[self.top].priority < priority {
 			self.top = level;
@@ -1067,29 +1087,32 @@ mod tests {
 				(self.levels.len(), self.groups(), self.streams()),
 				"free lists and free marks disagree"
 			);
-			assert_eq!(self.index.len, levels.len());
-			assert_eq!(self.index.entries.iter().filter(|e| e.1 != NIL).count(), levels.len());
-			// The order holds exactly the levels' priorities, and walks them down from the top.
+			assert_eq!(self.by_priority.len(), levels.len());
+			// The map holds exactly the levels' priorities, and walks them down from the top.
 			let mut priorities: Vec<i32> = levels.iter().map(|&l| self.levels[l].priority).collect();
 			priorities.sort_unstable_by(|a, b| b.cmp(a));
 			let mut walked = Vec::new();
-			let mut next = self.order.max();
-			while let Some(priority) = next {
+			let mut next = self.by_priority.max();
+			while let Some((priority, level)) = next {
 				walked.push(priority);
-				assert!(walked.len() <= levels.len(), "the order holds more than the levels");
-				next = self.order.below(priority);
+				assert!(walked.len() <= levels.len(), "the map holds more than the levels");
+				assert_eq!(
+					self.levels[level].priority, priority,
+					"the map's level has another priority"
+				);
+				next = self.by_priority.below(priority);
 			}
-			assert_eq!(walked, priorities, "the order and the levels disagree");
+			assert_eq!(walked, priorities, "the map and the levels disagree");
 			assert_eq!(
 				self.top,
-				priorities.first().map_or(NIL, |&p| self.index.get(p)),
+				priorities.first().map_or(NIL, |&p| self.by_priority.get(p)),
 				"top is not the highest level"
 			);
 			let mut linked = 0;
 			for &level in &levels {
 				let priority = self.levels[level].priority;
 				assert_eq!(
-					self.index.get(priority),
+					self.by_priority.get(priority),
 					level,
 					"level {level} not found by its priority"
 				);
@@ -1408,7 +1431,7 @@ mod tests {
 		s.sent(pick, 10, After::Drained);
 		assert_eq!(s.pick(), None);
 		// The group it left is dry; passing it dropped its level.
-		assert_eq!(s.index.len, 0);
+		assert_eq!(s.by_priority.len(), 0);
 	}
 
 	#[test]
@@ -1443,8 +1466,8 @@ mod tests {
 		}
 		s.check();
 		assert_eq!((s.groups(), s.streams()), (0, 0));
-		assert!(s.is_empty() && s.top == NIL && s.order.max().is_none());
-		assert_eq!((s.levels.len(), s.index.len), (0, 0));
+		assert!(s.is_empty() && s.top == NIL && s.by_priority.max().is_none());
+		assert_eq!((s.levels.len(), s.by_priority.len()), (0, 0));
 		// Slots are reused: the same population again takes no new ones.
 		let slots = (s.groups.items.len(), s.streams.items.len());
 		ready_groups(&mut s, 0, 100);
@@ -1803,55 +1826,14 @@ mod tests {
 		}
 	}
 
+	/// The level map against a sorted map: random adds and removes over dense, sparse and
+	/// extreme priorities; after each, the level of the key touched, the maximum and the next
+	/// one below every probe agree, the keys are in the array exactly when there are few of
+	/// them, and emptied, the tree holds no node but its root.
 	#[test]
-	fn the_level_index_matches_a_hash_map() {
-		// Keys from a narrow range collide and wrap around the table, which is what backward-shift
-		// deletion has to get right. The first half fills the table (to some 360 keys), the second
-		// empties most of it.
-		let mut rng = Rng(7);
-		let mut index = LevelIndex::with_min();
-		let mut reference: HashMap<i32, u32> = HashMap::new();
-		for op in 0..200_000u32 {
-			let key = match rng.below(4) {
-				0 => (rng.below(64) as i32) << 23,
-				_ => rng.below(300) as i32 - 150,
-			};
-			let fill = if op < 100_000 { 3 } else { 1 };
-			match reference.get(&key) {
-				Some(&level) => {
-					assert_eq!(index.get(key), level);
-					if rng.below(4) >= fill {
-						index.remove(key);
-						reference.remove(&key);
-					}
-				}
-				None => {
-					assert_eq!(index.get(key), NIL);
-					if rng.below(4) < fill {
-						index.insert(key, op);
-						reference.insert(key, op);
-					}
-				}
-			}
-			assert_eq!(index.len, reference.len());
-		}
-		for (&key, &level) in &reference {
-			assert_eq!(index.get(key), level);
-		}
-		assert!(
-			index.entries.len() >= 512,
-			"the table never grew: {}",
-			index.entries.len()
-		);
-	}
-
-	/// The order against a sorted set: random adds and removes over dense, sparse and extreme
-	/// priorities; after each, the maximum and the next one below every probe agree, and the
-	/// keys are in the array exactly when there are few of them.
-	#[test]
-	fn the_order_agrees_with_a_sorted_set() {
-		let mut order = Order::new();
-		let mut set = std::collections::BTreeSet::new();
+	fn the_level_map_agrees_with_a_sorted_map() {
+		let mut map = LevelMap::new();
+		let mut reference = std::collections::BTreeMap::new();
 		let mut rng = 0x2545_f491_4f6c_dd1du64;
 		let mut next = || {
 			rng ^= rng << 13;
@@ -1872,55 +1854,70 @@ mod tests {
 			i32::MAX - 1,
 			i32::MAX,
 		];
-		// Phases that mostly add, then mostly remove, so the set crosses the array's size both
-		// ways (into the trie and back) at sizes from none to thousands.
+		// Phases that mostly add, then mostly remove, so the map crosses the array's size both
+		// ways (into the tree and back) at sizes from none to thousands.
 		let mut draining = false;
 		let mut phase_left = 0;
-		let (mut was_spilled, mut crossings) = (false, 0);
-		for step in 0..40_000 {
+		let (mut was_spilled, mut crossings, mut most) = (false, 0, 0);
+		for step in 0..60_000u32 {
 			if phase_left == 0 {
 				draining = !draining;
 				phase_left = 20 + next() % 3000;
 			}
 			phase_left -= 1;
 			let r = next();
-			let priority = match (draining && !set.is_empty(), r % 4) {
-				(true, _) => *set.iter().nth((r >> 8) as usize % set.len()).unwrap(),
+			let priority = match (draining && !reference.is_empty(), r % 4) {
+				(true, _) => *reference.keys().nth((r >> 8) as usize % reference.len()).unwrap(),
 				(false, 0) => extremes[(r >> 8) as usize % extremes.len()],
 				(false, 1) => (r >> 8) as i32,
 				// The session's pattern: a priority byte over a dense rank.
 				(false, _) => (((r >> 8) % 3) as i32) << 23 | ((r >> 16) % 300) as i32,
 			};
-			if set.insert(priority) {
-				order.insert(priority);
+			assert_eq!(map.get(priority), reference.get(&priority).copied().unwrap_or(NIL));
+			if reference.insert(priority, step).is_none() {
+				map.insert(priority, step);
 			} else {
-				set.remove(&priority);
-				order.remove(priority);
+				reference.remove(&priority);
+				map.remove(priority);
 			}
-			assert_eq!(order.max(), set.last().copied(), "max after step {step}");
-			crossings += usize::from(order.spilled != was_spilled);
-			was_spilled = order.spilled;
-			if order.spilled {
-				assert!(set.len() > SMALL_ORDER / 2, "{} keys left in the trie", set.len());
+			assert_eq!(map.get(priority), reference.get(&priority).copied().unwrap_or(NIL));
+			assert_eq!(map.len(), reference.len());
+			most = most.max(reference.len());
+			let last = reference.last_key_value().map(|(&p, &l)| (p, l));
+			assert_eq!(map.max(), last, "max after step {step}");
+			crossings += usize::from(map.spilled != was_spilled);
+			was_spilled = map.spilled;
+			if map.spilled {
+				assert!(
+					reference.len() > SMALL_LEVELS / 2,
+					"{} keys left in the tree",
+					reference.len()
+				);
 			} else {
-				assert!(set.len() <= SMALL_ORDER, "{} keys in the array", set.len());
+				assert!(reference.len() <= SMALL_LEVELS, "{} keys in the array", reference.len());
 			}
 			let probe = match next() % 3 {
 				0 => priority,
 				1 => extremes[(next() % extremes.len() as u64) as usize],
 				_ => next() as i32,
 			};
-			assert_eq!(
-				order.below(probe),
-				set.range(..probe).next_back().copied(),
-				"below {probe} at step {step}"
-			);
+			let below = reference.range(..probe).next_back().map(|(&p, &l)| (p, l));
+			assert_eq!(map.below(probe), below, "below {probe} at step {step}");
 		}
-		assert!(crossings >= 10, "only {crossings} moves between the array and the trie");
-		while let Some(priority) = set.pop_first() {
-			order.remove(priority);
+		assert!(crossings >= 10, "only {crossings} moves between the array and the tree");
+		assert!(most >= 1000, "the map never held more than {most} keys");
+		while let Some((priority, _)) = reference.pop_first() {
+			map.remove(priority);
 		}
-		assert_eq!((order.max(), order.spilled, order.trie.count), (None, false, 0));
-		assert_eq!((order.trie.words.len, order.trie.root), (0, 0), "the trie kept words");
+		assert_eq!((map.max(), map.spilled, map.radix.count), (None, false, 0));
+		// Every node but the root is on the free list.
+		let mut free = 0;
+		let mut node = map.radix.free;
+		while node != NIL {
+			free += 1;
+			node = map.radix.nodes[node as usize].child[0];
+		}
+		assert_eq!(map.radix.nodes[0].bits, 0, "the root kept children");
+		assert_eq!(free + 1, map.radix.nodes.len(), "the tree kept nodes");
 	}
 }
