@@ -422,12 +422,17 @@ impl Radix {
 		}
 	}
 
-	/// The leaf holding `key`'s place, `NIL` if there is none, from the cache or a walk.
-	fn leaf_of(&self, key: u32) -> u32 {
+	/// The cached leaf, if it is the one of `key`'s place.
+	#[inline(always)]
+	fn cached_leaf(&self, key: u32) -> Option<u32> {
 		let (leaf, prefix) = self.leaf.get();
-		if leaf != NIL && prefix == key >> 6 {
-			return leaf;
-		}
+		(leaf != NIL && prefix == key >> 6).then_some(leaf)
+	}
+
+	/// The leaf holding `key`'s place, `NIL` if there is none, by a walk from the root; it
+	/// becomes the cached leaf.
+	#[inline(never)]
+	fn walk(&self, key: u32) -> u32 {
 		if self.nodes.is_empty() {
 			return NIL;
 		}
@@ -446,18 +451,22 @@ impl Radix {
 
 	/// The level of `key`, `NIL` if absent: from the cached leaf, else from `recent`, else by a
 	/// walk.
-	#[inline(never)]
+	#[inline(always)]
 	fn get(&self, key: u32) -> u32 {
-		let (leaf, prefix) = self.leaf.get();
-		if leaf != NIL && prefix == key >> 6 {
-			return self.level_in(leaf, key);
+		match self.cached_leaf(key) {
+			Some(leaf) => self.level_in(leaf, key),
+			None => self.get_uncached(key),
 		}
+	}
+
+	#[inline(never)]
+	fn get_uncached(&self, key: u32) -> u32 {
 		let recent = &self.recent[recent_slot(key)];
 		let (k, level) = recent.get();
 		if level != NIL && k == key {
 			return level;
 		}
-		let leaf = self.leaf_of(key);
+		let leaf = self.walk(key);
 		if leaf == NIL {
 			return NIL;
 		}
@@ -469,6 +478,7 @@ impl Radix {
 	}
 
 	/// The level of `key` in its `leaf`, `NIL` if absent.
+	#[inline(always)]
 	fn level_in(&self, leaf: u32, key: u32) -> u32 {
 		let n = &self.nodes[leaf as usize];
 		let i = radix_index(key, 0);
@@ -479,12 +489,12 @@ impl Radix {
 	}
 
 	/// Adds `key`, which must be absent, with `level`.
-	#[inline(never)]
+	#[inline(always)]
 	fn insert(&mut self, key: u32, level: u32) {
-		let mut leaf = self.leaf_of(key);
-		if leaf == NIL {
-			leaf = self.make_path(key);
-		}
+		let leaf = match self.cached_leaf(key) {
+			Some(leaf) => leaf,
+			None => self.make_path(key),
+		};
 		let n = &mut self.nodes[leaf as usize];
 		let i = radix_index(key, 0);
 		n.bits |= 1 << i;
@@ -535,13 +545,16 @@ impl Radix {
 	}
 
 	/// Removes `key`, which must be present.
-	#[inline(never)]
+	#[inline(always)]
 	fn remove(&mut self, key: u32) {
 		let recent = &self.recent[recent_slot(key)];
 		if recent.get().0 == key {
 			recent.set((0, NIL));
 		}
-		let leaf = self.leaf_of(key);
+		let leaf = match self.cached_leaf(key) {
+			Some(leaf) => leaf,
+			None => self.walk(key),
+		};
 		let n = &mut self.nodes[leaf as usize];
 		n.bits &= !(1 << radix_index(key, 0));
 		self.count -= 1;
@@ -647,6 +660,8 @@ pub struct Scheduler {
 	by_priority: LevelMap,
 	/// The level of the highest priority, the one `pick` serves; `NIL` when there is none.
 	top: u32,
+	/// That level's priority (meaningless while `top` is `NIL`).
+	top_priority: i32,
 	/// Streams in a ready list, anywhere.
 	ready: usize,
 }
@@ -672,6 +687,7 @@ impl Scheduler {
 			levels: Slots::with_capacity(0),
 			by_priority: LevelMap::new(),
 			top: NIL,
+			top_priority: 0,
 			ready: 0,
 		}
 	}
@@ -682,6 +698,7 @@ impl Scheduler {
 	}
 
 	/// A new group with no ready stream (so in no ring yet).
+	#[inline]
 	pub fn insert_group(&mut self, priority: i32) -> GroupId {
 		GroupId(self.groups.insert(Group {
 			priority,
@@ -718,7 +735,7 @@ impl Scheduler {
 		}
 		self.unlink(group.0);
 		if has_ready {
-			self.link_tail(group.0);
+			self.link_tail(group.0, priority);
 		}
 	}
 
@@ -734,6 +751,7 @@ impl Scheduler {
 	///
 	/// If the group still has streams: remove them first ([`Scheduler::remove_stream`]), so no
 	/// `StreamSlot` held by the caller is left pointing at a freed group.
+	#[inline]
 	pub fn retire_group(&mut self, group: GroupId) {
 		let g = self.group_mut(group.0);
 		assert!(
@@ -749,6 +767,7 @@ impl Scheduler {
 	}
 
 	/// A new stream in `group`, known to the caller as `key`; not ready until [`Scheduler::ready`].
+	#[inline]
 	pub fn insert_stream(&mut self, group: GroupId, key: u64) -> StreamSlot {
 		self.group_mut(group.0).members += 1;
 		StreamSlot(self.streams.insert(Stream {
@@ -780,22 +799,42 @@ impl Scheduler {
 	}
 
 	/// Frees `stream`, ready or not (O(1)).
+	#[inline]
 	pub fn remove_stream(&mut self, stream: StreamSlot) {
-		let s = self.stream(stream.0);
-		let group = s.group;
-		if s.next != NIL && self.dequeue(stream.0) {
-			self.settle_dry(group);
+		let streams = &mut self.streams.items[..];
+		let s = &mut streams[stream.0 as usize];
+		debug_assert!(s.group != FREE, "stream {} used after remove_stream", stream.0);
+		let (group, prev, next) = (s.group, s.prev, s.next);
+		s.group = FREE;
+		let g = &mut self.groups.items[group as usize];
+		g.members -= 1;
+		if next != NIL {
+			// `dequeue` and `settle_dry`, with the slices at hand.
+			self.ready -= 1;
+			if next == stream.0 {
+				g.first = NIL;
+				if g.deficit > 0 {
+					g.deficit = 0;
+					self.unlink(group);
+				}
+			} else {
+				streams[prev as usize].next = next;
+				streams[next as usize].prev = prev;
+				if g.first == stream.0 {
+					g.first = next;
+				}
+			}
 		}
-		self.groups[group].members -= 1;
-		self.streams[stream.0].group = FREE;
 		self.streams.free(stream.0);
 	}
 
 	/// `stream` has data: it joins the back of its group's ready list unless it is in it, and the
 	/// group joins its level's tail unless it is in the ring (a dry group still in the ring keeps
 	/// its place).
+	#[inline]
 	pub fn ready(&mut self, stream: StreamSlot) {
-		let s = self.stream(stream.0);
+		let s = &self.streams.items[stream.0 as usize];
+		debug_assert!(s.group != FREE, "stream {} used after remove_stream", stream.0);
 		if s.next == NIL {
 			let group = s.group;
 			self.enqueue(stream.0, group);
@@ -910,44 +949,53 @@ impl Scheduler {
 	}
 
 	/// Appends `stream` to `group`'s ready list, linking the group into its ring if it is in none.
+	///
+	/// Here and in the other hot paths the slot vectors are borrowed as slices first: indexing
+	/// `self.streams` after a store through another slot made the compiler reload the vector's
+	/// pointer and length (the store might have changed them), a load and a bounds check more
+	/// per access.
+	#[inline]
 	fn enqueue(&mut self, stream: u32, group: u32) {
 		self.ready += 1;
-		let g = &mut self.groups[group];
+		let streams = &mut self.streams.items[..];
+		let g = &mut self.groups.items[group as usize];
 		let first = g.first;
 		if first == NIL {
 			g.first = stream;
-			let linked = g.level != NIL;
-			let s = &mut self.streams[stream];
+			let s = &mut streams[stream as usize];
 			s.prev = stream;
 			s.next = stream;
-			if !linked {
-				self.link_tail(group);
+			if g.level == NIL {
+				let priority = g.priority;
+				self.link_tail(group, priority);
 			}
 			return;
 		}
-		let last = self.streams[first].prev;
-		self.streams[last].next = stream;
-		self.streams[first].prev = stream;
-		let s = &mut self.streams[stream];
+		let last = streams[first as usize].prev;
+		streams[last as usize].next = stream;
+		streams[first as usize].prev = stream;
+		let s = &mut streams[stream as usize];
 		s.prev = last;
 		s.next = first;
 	}
 
 	/// Takes a ready `stream` off its group's list; true if the group has no ready stream left.
 	/// The caller decides what that means for the group's ring place.
+	#[inline]
 	fn dequeue(&mut self, stream: u32) -> bool {
 		self.ready -= 1;
-		let s = &mut self.streams[stream];
+		let streams = &mut self.streams.items[..];
+		let s = &mut streams[stream as usize];
 		let (group, prev, next) = (s.group, s.prev, s.next);
 		s.prev = NIL;
 		s.next = NIL;
+		let g = &mut self.groups.items[group as usize];
 		if next == stream {
-			self.groups[group].first = NIL;
+			g.first = NIL;
 			return true;
 		}
-		self.streams[prev].next = next;
-		self.streams[next].prev = prev;
-		let g = &mut self.groups[group];
+		streams[prev as usize].next = next;
+		streams[next as usize].prev = prev;
 		if g.first == stream {
 			g.first = next;
 		}
@@ -957,6 +1005,7 @@ impl Scheduler {
 	/// `group` lost its last ready stream outside [`Scheduler::sent`]. Out of its turn it keeps
 	/// its ring place (lazy removal); in its turn (only the front group has a deficit) the turn
 	/// ends and it leaves, as it would have in `sent`.
+	#[inline]
 	fn settle_dry(&mut self, group: u32) {
 		let g = &mut self.groups[group];
 		if g.deficit > 0 {
@@ -975,86 +1024,93 @@ impl Scheduler {
 	}
 
 	/// Takes a linked `group` out of its ring, dropping the level if the ring empties.
+	#[inline]
 	fn unlink(&mut self, group: u32) {
-		let g = &mut self.groups[group];
+		let groups = &mut self.groups.items[..];
+		let g = &mut groups[group as usize];
 		let (level, prev, next) = (g.level, g.prev, g.next);
 		g.level = NIL;
 		if next == group {
-			self.drop_level(level);
-			return;
+			return self.drop_level(level);
 		}
-		self.groups[prev].next = next;
-		self.groups[next].prev = prev;
-		let l = &mut self.levels[level];
+		groups[prev as usize].next = next;
+		groups[next as usize].prev = prev;
+		let l = &mut self.levels.items[level as usize];
 		if l.head == group {
 			l.head = next;
 		}
 	}
 
-	/// Links `group` (in no ring) at the tail of the ring of its priority, creating the level if
-	/// there is none.
-	fn link_tail(&mut self, group: u32) {
-		let priority = self.groups[group].priority;
+	/// Links `group` (in no ring) at the tail of the ring of its `priority`, creating the level
+	/// if there is none.
+	#[inline]
+	fn link_tail(&mut self, group: u32, priority: i32) {
 		let level = self.by_priority.get(priority);
 		if level == NIL {
 			return self.create_level(group, priority);
 		}
-		let head = self.levels[level].head;
-		let tail = self.groups[head].prev;
-		self.groups[tail].next = group;
-		self.groups[head].prev = group;
-		let g = &mut self.groups[group];
+		let head = self.levels.items[level as usize].head;
+		let groups = &mut self.groups.items[..];
+		let tail = groups[head as usize].prev;
+		groups[tail as usize].next = group;
+		groups[head as usize].prev = group;
+		let g = &mut groups[group as usize];
 		g.level = level;
 		g.prev = tail;
 		g.next = head;
 	}
 
-	/// A level at `priority` whose ring is just `group`. Kept out of line: inlined, its map work
-	/// made every `link_tail` save and restore six registers, some 20 instructions
-	/// of a join that does not create a level.
-	#[inline(never)]
+	/// A level at `priority` whose ring is just `group`.
+	#[inline]
 	fn create_level(&mut self, group: u32, priority: i32) {
 		let level = self.levels.insert(Level { priority, head: group });
 		self.by_priority.insert(priority, level);
-		if self.top == NIL || self.levels[self.top].priority < priority {
+		if self.top == NIL || self.top_priority < priority {
 			self.top = level;
+			self.top_priority = priority;
 		}
-		let g = &mut self.groups[group];
+		let g = &mut self.groups.items[group as usize];
 		g.level = level;
 		g.prev = group;
 		g.next = group;
 	}
 
-	/// Drops a level whose ring has emptied. Out of line for the same reason as `create_level`.
-	#[inline(never)]
+	/// Drops a level whose ring has emptied.
+	#[inline]
 	fn drop_level(&mut self, level: u32) {
-		let l = &mut self.levels[level];
+		let l = &mut self.levels.items[level as usize];
 		let priority = l.priority;
 		l.head = FREE;
 		self.levels.free(level);
 		self.by_priority.remove(priority);
 		if self.top == level {
 			// It was the highest: the next is the highest below it.
-			self.top = self.by_priority.below(priority).map_or(NIL, |(_, level)| level);
+			(self.top, self.top_priority) = match self.by_priority.below(priority) {
+				Some((priority, level)) => (level, priority),
+				None => (NIL, 0),
+			};
 		}
 	}
 
 	/// Gives `level` a new priority, which no level has.
-	#[inline(never)]
+	#[inline]
 	fn rekey(&mut self, level: u32, priority: i32) {
-		let l = &mut self.levels[level];
+		let l = &mut self.levels.items[level as usize];
 		let old = l.priority;
 		l.priority = priority;
 		self.by_priority.remove(old);
 		self.by_priority.insert(priority, level);
 		if self.top == level {
 			// It was the highest: it still is unless a level below its old priority is above
-			// its new one (found from the old key's word, usually without climbing).
-			if let Some((_, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
+			// its new one (found from the old key's leaf, usually without a walk).
+			self.top_priority = priority;
+			if let Some((next_priority, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
 				self.top = next;
+				self.top_priority = next_priority;
 			}
-		} else if self.levels[self.top].priority < priority {
+		} else if self.top_priority < priority {
 			self.top = level;
+			self.top_priority = priority;
 		}
 	}
 }
@@ -1108,6 +1164,12 @@ mod tests {
 				priorities.first().map_or(NIL, |&p| self.by_priority.get(p)),
 				"top is not the highest level"
 			);
+			if self.top != NIL {
+				assert_eq!(
+					self.top_priority, self.levels[self.top].priority,
+					"top's priority is stale"
+				);
+			}
 			let mut linked = 0;
 			for &level in &levels {
 				let priority = self.levels[level].priority;
