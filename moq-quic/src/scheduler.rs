@@ -595,7 +595,7 @@ impl Radix {
 	}
 
 	/// The highest key below `key` (present or not) and its level.
-	#[inline(never)]
+	#[inline(always)]
 	fn below(&self, key: u32) -> Option<(u32, u32)> {
 		let (leaf, prefix) = self.leaf.get();
 		if leaf != NIL && prefix == key >> 6 {
@@ -606,6 +606,12 @@ impl Radix {
 				return Some(((key & !63) | i as u32, n.child[i]));
 			}
 		}
+		self.below_walk(key)
+	}
+
+	/// `below` when the answer is not in the cached leaf.
+	#[inline(never)]
+	fn below_walk(&self, key: u32) -> Option<(u32, u32)> {
 		// Walk down `key`'s path as far as it goes, noting the deepest node with a child below
 		// the path's: the answer is the highest key under that child.
 		let mut node = 0;
