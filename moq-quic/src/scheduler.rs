@@ -42,13 +42,13 @@
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 120 to 165 (8 levels are past the array, and each
+//! reprioritizing to an existing level 117 to 159 (8 levels are past the array, and each
 //! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
-//! the group) 145 to 146. A level per group (the session's pattern): reprioritizing to a new
-//! priority 176 to 233; retiring a group and inserting one at its priority (a level dropped and
-//! created) 474 to 537, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
-//! the same retire and insert without the level work costs 327 to 371 (slot, ring and
-//! ready-list bookkeeping of five calls), and the level work some 150 more.
+//! the group) 119 to 121. A level per group (the session's pattern): reprioritizing to a new
+//! priority 126 to 157; retiring a group and inserting one at its priority (a level dropped and
+//! created) 337 to 372, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
+//! the same retire and insert without the level work costs 268 to 313 (slot, ring and
+//! ready-list bookkeeping of five calls), and the level work some 70 more.
 //!
 //! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
 //! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
@@ -57,9 +57,10 @@
 //! retire and insert in shared levels (a table probe is one lookup at any spread of keys); the
 //! first version, on the slab crate and a `BTreeMap` of levels, 500 to 2,485 for that
 //! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
-//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 410 and 437
-//! instructions (the trie's version: 492 and 509) and the reprioritize 124 and 154 (207 and
-//! 224). Reprioritizing a group alone in its level to a priority no level has re-keys the level
+//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 306 and 333
+//! instructions (the trie's version: 492 and 509) and the reprioritize 102 and 132 (207 and
+//! 224). Of the way from 567–690 to 337–372, the map took 474–537 and the rest came from
+//! inlining the hot paths and borrowing the slot vectors as slices (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the level
 //! in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
