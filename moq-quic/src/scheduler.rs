@@ -720,8 +720,8 @@ impl Scheduler {
 
 	/// Moves `group` to `priority`. If it is in a ring, it leaves it and, if it has a stream
 	/// ready, joins the new level's tail: a reprioritized group waits for a full round there.
-	/// A turn in progress ends. The same priority is a no-op. O(1), plus O(log L) when a level
-	/// is created or dropped.
+	/// A turn in progress ends. The same priority is a no-op. O(1), a created or dropped level
+	/// included (a walk of the level map's six tiers at worst).
 	pub fn set_priority(&mut self, group: GroupId, priority: i32) {
 		let g = self.group_mut(group.0);
 		if g.priority == priority {
@@ -751,8 +751,8 @@ impl Scheduler {
 		self.group(group.0).priority
 	}
 
-	/// Frees `group`, taking it out of its ring wherever it stands (O(1); O(log L) if that drops
-	/// its level).
+	/// Frees `group`, taking it out of its ring wherever it stands (O(1), dropping its level
+	/// included).
 	///
 	/// # Panics
 	///
