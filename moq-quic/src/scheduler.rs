@@ -366,8 +366,8 @@ fn order_priority(key: u32) -> i32 {
 /// The leaf last reached is kept with its prefix. The session's priorities are mostly
 /// consecutive (a new group ranks next to the last), so most operations find their key's leaf
 /// there and touch one node (a level created and dropped costs some 70 instructions more than
-/// a group joining and leaving an existing one). Otherwise an operation walks the six tiers from the root, which is
-/// still independent of the number of keys.
+/// a group joining and leaving an existing one). Otherwise an operation walks the six tiers
+/// from the root, which is still independent of the number of keys.
 #[derive(Debug)]
 struct Radix {
 	/// `nodes[0]` is the root, once there is one.
