@@ -42,13 +42,13 @@
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 117 to 159 (8 levels are past the array, and each
+//! reprioritizing to an existing level 94 to 135 (8 levels are past the array, and each
 //! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
-//! the group) 119 to 121. A level per group (the session's pattern): reprioritizing to a new
-//! priority 126 to 157; retiring a group and inserting one at its priority (a level dropped and
-//! created) 337 to 372, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
-//! the same retire and insert without the level work costs 268 to 313 (slot, ring and
-//! ready-list bookkeeping of five calls), and the level work some 70 more.
+//! the group) 95 to 96. A level per group (the session's pattern): reprioritizing to a new
+//! priority 124 to 154; retiring a group and inserting one at its priority (a level dropped and
+//! created) 329 to 364, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
+//! the same retire and insert without the level work costs 243 to 285 (slot, ring and
+//! ready-list bookkeeping of five calls), and the level work some 85 more.
 //!
 //! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
 //! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
@@ -57,9 +57,9 @@
 //! retire and insert in shared levels (a table probe is one lookup at any spread of keys); the
 //! first version, on the slab crate and a `BTreeMap` of levels, 500 to 2,485 for that
 //! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
-//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 306 and 333
-//! instructions (the trie's version: 492 and 509) and the reprioritize 102 and 132 (207 and
-//! 224). Of the way from 567–690 to 337–372, the map took 474–537 and the rest came from
+//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 302 and 329
+//! instructions (the trie's version: 492 and 509) and the reprioritize 99 and 129 (207 and
+//! 224). Of the way from 567–690 to 329–364, the map took 474–537 and the rest came from
 //! inlining the hot paths and borrowing the slot vectors as slices (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the level
 //! in place instead of dropping it and creating another.
 //!
@@ -365,7 +365,7 @@ fn order_priority(key: u32) -> i32 {
 ///
 /// The leaf last reached is kept with its prefix. The session's priorities are mostly
 /// consecutive (a new group ranks next to the last), so most operations find their key's leaf
-/// there and touch one node (a level created and dropped costs some 70 instructions more than
+/// there and touch one node (a level created and dropped costs some 85 instructions more than
 /// a group joining and leaving an existing one). Otherwise an operation walks the six tiers
 /// from the root, which is still independent of the number of keys.
 #[derive(Debug)]
@@ -806,7 +806,7 @@ impl Scheduler {
 	}
 
 	/// Frees `stream`, ready or not (O(1)).
-	#[inline]
+	#[inline(always)]
 	pub fn remove_stream(&mut self, stream: StreamSlot) {
 		let streams = &mut self.streams.items[..];
 		let s = &mut streams[stream.0 as usize];
@@ -838,7 +838,7 @@ impl Scheduler {
 	/// `stream` has data: it joins the back of its group's ready list unless it is in it, and the
 	/// group joins its level's tail unless it is in the ring (a dry group still in the ring keeps
 	/// its place).
-	#[inline]
+	#[inline(always)]
 	pub fn ready(&mut self, stream: StreamSlot) {
 		let s = &self.streams.items[stream.0 as usize];
 		debug_assert!(s.group != FREE, "stream {} used after remove_stream", stream.0);
@@ -961,7 +961,7 @@ impl Scheduler {
 	/// `self.streams` after a store through another slot made the compiler reload the vector's
 	/// pointer and length (the store might have changed them), a load and a bounds check more
 	/// per access.
-	#[inline]
+	#[inline(always)]
 	fn enqueue(&mut self, stream: u32, group: u32) {
 		self.ready += 1;
 		let streams = &mut self.streams.items[..];
@@ -1031,7 +1031,7 @@ impl Scheduler {
 	}
 
 	/// Takes a linked `group` out of its ring, dropping the level if the ring empties.
-	#[inline]
+	#[inline(always)]
 	fn unlink(&mut self, group: u32) {
 		let groups = &mut self.groups.items[..];
 		let g = &mut groups[group as usize];
