@@ -42,13 +42,13 @@
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 94 to 135 (8 levels are past the array, and each
+//! reprioritizing to an existing level 95 to 136 (8 levels are past the array, and each
 //! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
 //! the group) 95 to 96. A level per group (the session's pattern): reprioritizing to a new
-//! priority 124 to 154; retiring a group and inserting one at its priority (a level dropped and
-//! created) 329 to 364, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
+//! priority 128 to 153; retiring a group and inserting one at its priority (a level dropped and
+//! created) 335 to 365, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
 //! the same retire and insert without the level work costs 243 to 285 (slot, ring and
-//! ready-list bookkeeping of five calls), and the level work some 85 more.
+//! ready-list bookkeeping of five calls), and the level work some 80 more.
 //!
 //! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
 //! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
@@ -57,9 +57,9 @@
 //! retire and insert in shared levels (a table probe is one lookup at any spread of keys); the
 //! first version, on the slab crate and a `BTreeMap` of levels, 500 to 2,485 for that
 //! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
-//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 302 and 329
-//! instructions (the trie's version: 492 and 509) and the reprioritize 99 and 129 (207 and
-//! 224). Of the way from 567–690 to 329–364, the map took 474–537 and the rest came from
+//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 308 and 335
+//! instructions (the trie's version: 492 and 509) and the reprioritize 106 and 136 (207 and
+//! 224). Of the way from 567–690 to 335–365, the map took 474–537 and the rest came from
 //! inlining the hot paths and borrowing the slot vectors as slices (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the level
 //! in place instead of dropping it and creating another.
 //!
@@ -365,7 +365,7 @@ fn order_priority(key: u32) -> i32 {
 ///
 /// The leaf last reached is kept with its prefix. The session's priorities are mostly
 /// consecutive (a new group ranks next to the last), so most operations find their key's leaf
-/// there and touch one node (a level created and dropped costs some 85 instructions more than
+/// there and touch one node (a level created and dropped costs some 80 instructions more than
 /// a group joining and leaving an existing one). Otherwise an operation walks the six tiers
 /// from the root, which is still independent of the number of keys.
 #[derive(Debug)]
@@ -667,8 +667,6 @@ pub struct Scheduler {
 	by_priority: LevelMap,
 	/// The level of the highest priority, the one `pick` serves; `NIL` when there is none.
 	top: u32,
-	/// That level's priority (meaningless while `top` is `NIL`).
-	top_priority: i32,
 	/// Streams in a ready list, anywhere.
 	ready: usize,
 }
@@ -694,7 +692,6 @@ impl Scheduler {
 			levels: Slots::with_capacity(0),
 			by_priority: LevelMap::new(),
 			top: NIL,
-			top_priority: 0,
 			ready: 0,
 		}
 	}
@@ -816,7 +813,8 @@ impl Scheduler {
 		let g = &mut self.groups.items[group as usize];
 		g.members -= 1;
 		if next != NIL {
-			// `dequeue` and `settle_dry`, with the slices at hand.
+			// `dequeue` and `settle_dry`, with the slices at hand: calling them instead costs 33
+			// instructions more per retire and insert (callgrind, scheduler benchmark).
 			self.ready -= 1;
 			if next == stream.0 {
 				g.first = NIL;
@@ -1072,9 +1070,8 @@ impl Scheduler {
 	fn create_level(&mut self, group: u32, priority: i32) {
 		let level = self.levels.insert(Level { priority, head: group });
 		self.by_priority.insert(priority, level);
-		if self.top == NIL || self.top_priority < priority {
+		if self.top == NIL || self.levels.items[self.top as usize].priority < priority {
 			self.top = level;
-			self.top_priority = priority;
 		}
 		let g = &mut self.groups.items[group as usize];
 		g.level = level;
@@ -1092,10 +1089,7 @@ impl Scheduler {
 		self.by_priority.remove(priority);
 		if self.top == level {
 			// It was the highest: the next is the highest below it.
-			(self.top, self.top_priority) = match self.by_priority.below(priority) {
-				Some((priority, level)) => (level, priority),
-				None => (NIL, 0),
-			};
+			self.top = self.by_priority.below(priority).map_or(NIL, |(_, level)| level);
 		}
 	}
 
@@ -1110,14 +1104,11 @@ impl Scheduler {
 		if self.top == level {
 			// It was the highest: it still is unless a level below its old priority is above
 			// its new one (found from the old key's leaf, usually without a walk).
-			self.top_priority = priority;
-			if let Some((next_priority, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
+			if let Some((_, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
 				self.top = next;
-				self.top_priority = next_priority;
 			}
-		} else if self.top_priority < priority {
+		} else if self.levels.items[self.top as usize].priority < priority {
 			self.top = level;
-			self.top_priority = priority;
 		}
 	}
 }
@@ -1171,12 +1162,6 @@ mod tests {
 				priorities.first().map_or(NIL, |&p| self.by_priority.get(p)),
 				"top is not the highest level"
 			);
-			if self.top != NIL {
-				assert_eq!(
-					self.top_priority, self.levels[self.top].priority,
-					"top's priority is stale"
-				);
-			}
 			let mut linked = 0;
 			for &level in &levels {
 				let priority = self.levels[level].priority;
