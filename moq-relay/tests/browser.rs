@@ -14,7 +14,8 @@
 //!
 //! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
 //! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
-//! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first when `node_modules` is
+//! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first, once under a file lock,
+//! when `node_modules` is
 //! missing.
 
 mod common;
@@ -130,9 +131,17 @@ fn strings<'a>(line: &'a Value, key: &str) -> Vec<&'a str> {
 }
 
 /// The browser driver's directory, its packages installed (`npm ci`) if they are not yet.
+///
+/// nextest runs each test in a process of its own, so two tests may arrive here at once on a
+/// clean checkout: `npm ci` deletes `node_modules` before it fills it, and two of them in one
+/// directory fail each other (ENOTEMPTY, ENOENT). An exclusive lock on a file beside the packages
+/// makes the second wait for the first. npm writes `node_modules/.package-lock.json` once an
+/// install is complete, so an install cut short is redone rather than trusted.
 fn driver() -> std::path::PathBuf {
 	let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-	if !dir.join("node_modules").exists() {
+	let lock = std::fs::File::create(dir.join(".npm-install.lock")).expect("the install lock");
+	lock.lock().expect("locking the install lock");
+	if !dir.join("node_modules/.package-lock.json").exists() {
 		let status = Command::new("npm")
 			.args(["ci", "--no-audit", "--no-fund"])
 			.current_dir(&dir)
