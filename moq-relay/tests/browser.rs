@@ -14,9 +14,8 @@
 //!
 //! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
 //! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
-//! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first, once under a file lock,
-//! when `node_modules` is
-//! missing.
+//! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first, once under a file
+//! lock, when `node_modules` is missing.
 
 mod common;
 
