@@ -256,6 +256,48 @@ fn downstream_demand_aggregates_into_one_upstream_subscription_and_cancels() {
 }
 
 #[test]
+fn a_viewer_after_a_pause_gets_the_publishers_fresh_numbering_not_the_stale_cache() {
+	// Before: the relay kept a track's cache for 10 s after its last subscriber left. The public
+	// JavaScript publisher serves each subscription from a track of its own, numbered from 0, so
+	// a viewer who came back within the 10 s was served the stale group 0 (a page's empty first
+	// catalog, say) and the fresh group 0 was refused as a duplicate.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (broadcast, track, _publication) = local_broadcast(&publisher, "bbb");
+		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
+		let viewer = Origin::new(2);
+		let (_vc, _vr) = connect(&relay, client(2, ""), None, Some(&viewer)).await;
+		let mirrored = announced(&viewer, "bbb").await;
+
+		let mut first = mirrored.subscribe_track("video", sub(1)).unwrap();
+		track.used().await;
+		publish(&track, 0);
+		publish(&track, 1);
+		assert_eq!(take(&mut first, 2).await, vec![(0, 0), (1, 1)]);
+		drop(first);
+		// The relay cancelled its upstream subscription; the publisher numbers the next one
+		// afresh, from a new track.
+		track.unused().await;
+		broadcast.remove_track(&track);
+		let fresh = broadcast.create_track("video", track.info()).unwrap();
+
+		let mut second = mirrored.subscribe_track("video", sub(1)).unwrap();
+		fresh.used().await;
+		let mut group = fresh.create_group(0).unwrap();
+		group.write_frame(frame(7)).unwrap();
+		group.finish().unwrap();
+		assert_eq!(
+			take(&mut second, 1).await,
+			vec![(0, 7)],
+			"the fresh group, not the stale one"
+		);
+		publish(&fresh, 1);
+		assert_eq!(take(&mut second, 1).await, vec![(1, 1)]);
+	});
+}
+
+#[test]
 fn a_broadcast_is_never_reflected_back_to_the_peer_it_came_from() {
 	kio::block_on(async {
 		let relay = Origin::new(RELAY_ID);

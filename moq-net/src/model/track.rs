@@ -10,7 +10,8 @@
 //! Expiry runs when the track creates a group, after the insert (so the group it displaced as the
 //! latest may expire at once), and scans at most [`EVICT_SCAN`] entries; pool eviction runs when
 //! a frame does not fit, never evicts the group being written, and only when evicting could make
-//! room ([`Pool::could_fit`]).
+//! room ([`Pool::could_fit`]). [`TrackProducer::start_over`] empties the cache and forgets every
+//! sequence, for a source that numbers its groups afresh (a relay's next upstream subscription).
 //!
 //! # Cursors
 //!
@@ -178,6 +179,9 @@ pub(crate) struct TrackState {
 	producers: usize,
 	pool: Option<Pool>,
 	group_cap: usize,
+	/// How many times [`TrackProducer::start_over`] emptied the cache; a cursor that saw fewer
+	/// forgets the sequences it had passed.
+	restarts: u64,
 }
 
 impl TrackState {
@@ -333,6 +337,7 @@ impl TrackProducer {
 				producers: 1,
 				pool,
 				group_cap: MAX_GROUP_BYTES,
+				restarts: 0,
 			}),
 		}
 	}
@@ -453,6 +458,32 @@ impl TrackProducer {
 		};
 		drop(wakes);
 		Ok(())
+	}
+
+	/// Drops every cached group and every sequence seen, so the groups that come next may be
+	/// numbered afresh, from any sequence; the track, its info and its cursors stay, and each
+	/// cursor goes on from the next group to arrive. A relay does this when an upstream
+	/// subscription ends: the public JavaScript publisher serves each subscription from a track of
+	/// its own, numbered from 0, so the next subscription's groups would otherwise be refused as
+	/// duplicates of the stale ones, or skipped as older. A finished or aborted track is left as
+	/// it is.
+	pub fn start_over(&self) {
+		let mut evicted = Vec::new();
+		{
+			let mut state = self.state.lock();
+			if !state.is_live() || state.final_sequence.is_some() {
+				return;
+			}
+			state.base += state.arrival.len() as u64;
+			for cached in state.arrival.drain(..).flatten() {
+				evicted.push((cached.group, Error::Cancelled));
+			}
+			state.by_sequence.clear();
+			state.latest = None;
+			state.max_sequence = None;
+			state.restarts += 1;
+		}
+		abort_all(evicted);
 	}
 
 	/// Ends the track with an error and clears its cache; every cursor sees the error.
@@ -592,14 +623,20 @@ pub struct TrackConsumer {
 	/// Sequences of groups above the end cap, re-offered when it rises (at most [`MAX_HELD`]).
 	held: BTreeSet<u64>,
 	subscription: Option<usize>,
+	/// The track's `restarts` when this cursor last looked.
+	restarts: u64,
 }
 
 impl TrackConsumer {
 	pub(crate) fn new(state: Lock<TrackState>) -> Self {
-		let (next_arrival, next_sequence) = {
+		let (next_arrival, next_sequence, restarts) = {
 			let track = state.lock();
 			let end = track.base + track.arrival.len() as u64;
-			(track.latest.unwrap_or(end), track.max_sequence.unwrap_or(0))
+			(
+				track.latest.unwrap_or(end),
+				track.max_sequence.unwrap_or(0),
+				track.restarts,
+			)
 		};
 		Self {
 			state,
@@ -610,6 +647,7 @@ impl TrackConsumer {
 			end: None,
 			held: BTreeSet::new(),
 			subscription: None,
+			restarts,
 		}
 	}
 
@@ -759,6 +797,14 @@ impl TrackConsumer {
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
 		}
+		// After `TrackProducer::start_over` the sequences this cursor passed or held belong to the
+		// old numbering (its arrival index is behind the new base, corrected below as after any
+		// eviction).
+		if self.restarts != state.restarts {
+			self.restarts = state.restarts;
+			(self.yielded, self.next_sequence) = (None, 0);
+			self.held.clear();
+		}
 		if !self.held.is_empty()
 			&& let Some(group) = Self::take_held(&mut self.held, self.end, &state)
 		{
@@ -804,6 +850,12 @@ impl TrackConsumer {
 		let mut state = self.state.lock();
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
+		}
+		if self.restarts != state.restarts {
+			// The old numbering's sequences mean nothing now (`TrackProducer::start_over`).
+			self.restarts = state.restarts;
+			(self.yielded, self.next_sequence) = (None, 0);
+			self.held.clear();
 		}
 		let from = self.next_sequence.max(self.start.unwrap_or(0));
 		if let Some((&sequence, &arrival)) = state.by_sequence.range(from..).next()
@@ -874,6 +926,7 @@ impl Clone for TrackConsumer {
 			end: self.end,
 			held: self.held.clone(),
 			subscription: None,
+			restarts: self.restarts,
 		}
 	}
 }

@@ -223,8 +223,9 @@ async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path,
 }
 
 /// How long a track fetched from upstream stays after its last subscriber left (or after its
-/// info, if nobody subscribes): a viewer that comes back within it finds the track and its cache;
-/// past it the track ends and its name is forgotten, so names asked for once are not kept.
+/// info, if nobody subscribes): a viewer that comes back within it finds the track and its info
+/// (its cache went with the upstream subscription that filled it); past it the track ends and
+/// its name is forgotten, so names asked for once are not kept.
 pub(super) const TRACK_IDLE_LINGER: Duration = Duration::from_secs(10);
 
 async fn forward<T: Transport + 'static>(
@@ -243,8 +244,8 @@ async fn forward<T: Transport + 'static>(
 	broadcast.remove_track(&track);
 }
 
-/// TRACK for the info, then one upstream SUBSCRIBE per period of demand, until the track has had
-/// no demand for [`TRACK_IDLE_LINGER`].
+/// TRACK for the info, then one upstream SUBSCRIBE per period of demand, each filling the cache
+/// afresh, until the track has had no demand for [`TRACK_IDLE_LINGER`].
 async fn fetch_track<T: Transport + 'static>(
 	inner: &Rc<Inner<T>>,
 	path: &Path,
@@ -299,6 +300,10 @@ async fn fetch_track<T: Transport + 'static>(
 			continue;
 		};
 		subscribe(inner, path, track, demand, &mut seen).await?;
+		// The next subscription's groups may be numbered afresh (the public JavaScript publisher
+		// serves each from 0): kept, this cache would refuse them as duplicates and serve the
+		// last subscription's stale groups instead.
+		track.start_over();
 	}
 }
 
