@@ -296,7 +296,11 @@ fn browsers_and_native_clients_through_the_relay() {
 /// audio decoder puts out 20 buffers. Its plots show traffic (the latest figures, including the
 /// cache, and a line over three samples or more); an MSF catalog published from the page, under a
 /// name without a format suffix, is found and listed; `moq-clock publish` (a native publisher, as
-/// a process) is listed and its frames read as text; a page opened with a bad `?jwt=` is refused.
+/// a process) is listed and its frames read as text; the camera watched again after the relay
+/// cancelled its subscription plays again (the publisher numbers the new one's groups from 0); a
+/// page opened with a bad `?jwt=` is refused. (Before the relay started each upstream
+/// subscription's cache afresh, the viewer's catalog was at times the publisher's empty first one,
+/// cached from the publisher page's own short-lived subscription: no tracks listed, or no audio.)
 /// On a second relay that lets nobody in without a token, a page without one is refused and pages
 /// opened with a valid `?jwt=` publish and watch. A screenshot of each page is saved in
 /// `target/tmp/page-{publish,watch}.png` for a person to look at.
@@ -386,6 +390,11 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 				.all(|f| (f.len() == 2 && f.bytes().all(|b| b.is_ascii_digit())) || f.ends_with(':')),
 			"the clock's frames as text: {frames:?}"
 		);
+
+		let line = next("watching the camera again").await;
+		assert_eq!(line["step"], "rewatched", "{line}");
+		assert!(line["decoded"].as_u64().unwrap() >= 30, "video decoded again: {line}");
+		assert!(line["shown"].as_u64().unwrap() >= 30, "video shown again: {line}");
 
 		let line = next("a page with a bad token").await;
 		assert_eq!(line["step"], "token", "{line}");

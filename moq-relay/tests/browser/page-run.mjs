@@ -2,10 +2,10 @@
 // `node page-run.mjs http://127.0.0.1:PORT/ SCREENSHOTS_DIR NATIVE_BROADCAST AUTH_URL TOKEN`. One
 // page publishes the fake camera and microphone under a path, a second page finds it in the list
 // and watches it (video decoded and shown, then audio once the sound is on), an MSF catalog
-// published from the page is listed, and the native broadcast's "seconds" track is read as text;
-// a page with a bad token is refused. Then, on AUTH_URL (a relay that lets nobody in without a
-// token): a page without a token is refused, and pages with TOKEN publish and watch. Prints one
-// JSON line per step; saves a screenshot of each page.
+// published from the page is listed, the native broadcast's "seconds" track is read as text, the
+// camera is watched again after a pause; a page with a bad token is refused. Then, on AUTH_URL (a
+// relay that lets nobody in without a token): a page without a token is refused, and pages with
+// TOKEN publish and watch. Prints one JSON line per step; saves a screenshot of each page.
 import path from "node:path";
 import puppeteer from "puppeteer-core";
 
@@ -196,6 +196,30 @@ try {
 	await viewer.click(`#broadcasts li[data-path="${native}"] button:last-child`);
 	await viewer.waitForFunction(() => window.relayPage.frames.length >= 3, { timeout: 30000 });
 	emit({ step: "native", path: native, frames: await viewer.evaluate(() => window.relayPage.frames) });
+
+	// Watching again after a pause: the viewer turns to another broadcast, the publisher's video
+	// encoders stop once the relay has cancelled its subscription, and the camera is watched
+	// again: a new upstream subscription, whose groups @moq/publish numbers from 0 again.
+	await viewer.click(`#broadcasts li[data-path="${native}"] button`);
+	await publisher.waitForFunction(
+		() => {
+			const { hd, sd } = window.relayPage.publishing.broadcast.video;
+			return !hd.active.peek() && !sd.active.peek();
+		},
+		{ timeout: 30000 },
+	);
+	const before = await viewer.evaluate(() => window.decoded.video);
+	await viewer.click(`#broadcasts li[data-path="${PUBLISHED}"] button`);
+	await viewer.waitForFunction(
+		(n) => window.decoded.video >= n && (window.relayPage.playback()?.shown ?? 0) >= 30,
+		{ timeout: 30000 },
+		before + 30,
+	);
+	emit({
+		step: "rewatched",
+		decoded: (await viewer.evaluate(() => window.decoded.video)) - before,
+		shown: await viewer.evaluate(() => window.relayPage.playback().shown),
+	});
 
 	// A token on the page's URL goes with its connections: this relay refuses a bad one (even
 	// though it lets anonymous clients in), and the page stays disconnected.
