@@ -474,7 +474,9 @@ impl TrackProducer {
 			if !state.is_live() || state.final_sequence.is_some() {
 				return;
 			}
-			state.base += state.arrival.len() as u64;
+			// One arrival index past the end is skipped, so every cursor made before is behind the
+			// new base: the check that sees it (`poll_recv_group`) costs a live reader nothing.
+			state.base += state.arrival.len() as u64 + 1;
 			for cached in state.arrival.drain(..).flatten() {
 				evicted.push((cached.group, Error::Cancelled));
 			}
@@ -797,10 +799,10 @@ impl TrackConsumer {
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
 		}
-		// After `TrackProducer::start_over` the sequences this cursor passed or held belong to the
-		// old numbering (its arrival index is behind the new base, corrected below as after any
-		// eviction).
-		if self.restarts != state.restarts {
+		// After `TrackProducer::start_over` (which leaves every older cursor behind the base) the
+		// sequences this cursor passed or held belong to the old numbering; its arrival index is
+		// corrected below, as after any eviction.
+		if self.next_arrival < state.base && self.restarts != state.restarts {
 			self.restarts = state.restarts;
 			(self.yielded, self.next_sequence) = (None, 0);
 			self.held.clear();
