@@ -136,7 +136,12 @@ fn starting_over_forgets_every_group_and_sequence_and_cursors_follow_the_new_num
 		assert_eq!(drain(&mut rising, true), vec![0, 1, 2, 3]);
 		let mut held = arrivals.latest().unwrap();
 
-		track.start_over();
+		// Not while someone subscribes: that subscription goes on in the same numbering.
+		let subscriber = track.subscribe(Subscription::default());
+		assert!(!track.start_over());
+		assert_eq!(track.consume().cached_sequences(), vec![0, 1, 2, 3]);
+		drop(subscriber);
+		assert!(track.start_over());
 		assert_eq!(track.consume().cached_sequences(), Vec::<u64>::new());
 		assert_eq!(pool.used(), 0, "the forgotten groups gave their charge back");
 		assert_eq!(
@@ -160,9 +165,27 @@ fn starting_over_forgets_every_group_and_sequence_and_cursors_follow_the_new_num
 
 		// A finished track keeps what it has.
 		track.finish().unwrap();
-		track.start_over();
+		assert!(!track.start_over());
 		assert_eq!(track.consume().cached_sequences(), vec![0, 1, 2]);
 	});
+}
+
+#[test]
+fn a_cursor_moved_after_a_start_over_forgets_what_it_held_of_the_old_numbering() {
+	let track = track();
+	let mut capped = track.consume();
+	capped.start_at(0);
+	capped.end_at(Some(1));
+	for seq in 0..4 {
+		publish(&track, seq);
+	}
+	assert_eq!(drain(&mut capped, false), vec![0, 1], "2 and 3 held above the cap");
+	assert!(track.start_over());
+	// Rewound (a subscriber's update) before it read again: the held 2 and 3 were the old ones.
+	capped.start_at(0);
+	publish(&track, 2);
+	capped.end_at(Some(3));
+	assert_eq!(drain(&mut capped, false), vec![2], "the new group 2, once");
 }
 
 #[test]

@@ -460,19 +460,21 @@ impl TrackProducer {
 		Ok(())
 	}
 
-	/// Drops every cached group and every sequence seen, so the groups that come next may be
-	/// numbered afresh, from any sequence; the track, its info and its cursors stay, and each
-	/// cursor goes on from the next group to arrive. A relay does this when an upstream
-	/// subscription ends: the public JavaScript publisher serves each subscription from a track of
-	/// its own, numbered from 0, so the next subscription's groups would otherwise be refused as
-	/// duplicates of the stale ones, or skipped as older. A finished or aborted track is left as
-	/// it is.
-	pub fn start_over(&self) {
+	/// If nobody subscribes, drops every cached group and every sequence seen, so the groups
+	/// that come next may be numbered afresh, from any sequence; the track, its info and its
+	/// cursors stay, and each cursor goes on from the next group to arrive. False, with nothing
+	/// done, if someone subscribes (or the track has ended). A relay does this as it ends an
+	/// upstream subscription: the public JavaScript publisher serves each subscription from a
+	/// track of its own, numbered from 0, so the next subscription's groups would otherwise be
+	/// refused as duplicates of the stale ones, or skipped as older. Checking for demand under
+	/// the same lock means no subscriber can arrive between the two and be served the old
+	/// numbering: one that came first keeps the subscription going.
+	pub fn start_over(&self) -> bool {
 		let mut evicted = Vec::new();
 		{
 			let mut state = self.state.lock();
-			if !state.is_live() || state.final_sequence.is_some() {
-				return;
+			if state.demand.is_some() || !state.is_live() || state.final_sequence.is_some() {
+				return false;
 			}
 			// One arrival index past the end is skipped, so every cursor made before is behind the
 			// new base: the check that sees it (`poll_recv_group`) costs a live reader nothing.
@@ -486,6 +488,7 @@ impl TrackProducer {
 			state.restarts += 1;
 		}
 		abort_all(evicted);
+		true
 	}
 
 	/// Ends the track with an error and clears its cache; every cursor sees the error.
@@ -625,7 +628,9 @@ pub struct TrackConsumer {
 	/// Sequences of groups above the end cap, re-offered when it rises (at most [`MAX_HELD`]).
 	held: BTreeSet<u64>,
 	subscription: Option<usize>,
-	/// The track's `restarts` when this cursor last looked.
+	/// The track's `restarts` when this cursor last looked. Every method that reads `yielded`,
+	/// `next_sequence` or `held`, or moves the cursor to the base, first forgets them if the
+	/// track has started over since (they belong to the old numbering).
 	restarts: u64,
 }
 
@@ -706,8 +711,14 @@ impl TrackConsumer {
 	/// Sets a floor: only groups with a sequence at or above `start` are yielded, and the cursor
 	/// rewinds to the oldest cached group to find them.
 	pub fn start_at(&mut self, start: u64) {
+		let state = self.state.lock();
+		if self.restarts != state.restarts {
+			self.restarts = state.restarts;
+			self.yielded = None;
+			self.held.clear();
+		}
 		self.start = Some(start);
-		self.next_arrival = self.state.lock().base;
+		self.next_arrival = state.base;
 		self.next_sequence = start;
 	}
 
@@ -726,6 +737,11 @@ impl TrackConsumer {
 			return;
 		};
 		let state = self.state.lock();
+		if self.restarts != state.restarts {
+			self.restarts = state.restarts;
+			(self.yielded, self.next_sequence) = (None, 0);
+			self.held.clear();
+		}
 		if let (Some(latest), Some(max)) = (state.latest, state.max_sequence)
 			&& max < start
 			&& self.yielded.is_none_or(|yielded| yielded < max)
@@ -799,9 +815,9 @@ impl TrackConsumer {
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
 		}
-		// After `TrackProducer::start_over` (which leaves every older cursor behind the base) the
-		// sequences this cursor passed or held belong to the old numbering; its arrival index is
-		// corrected below, as after any eviction.
+		// `TrackProducer::start_over` leaves every cursor that has not looked since behind the
+		// base (`start_at` and `clear_start` look too), so a live reader pays one comparison for
+		// this; the arrival index is corrected below, as after any eviction.
 		if self.next_arrival < state.base && self.restarts != state.restarts {
 			self.restarts = state.restarts;
 			(self.yielded, self.next_sequence) = (None, 0);
@@ -854,7 +870,6 @@ impl TrackConsumer {
 			return Poll::Ready(Err(error.clone()));
 		}
 		if self.restarts != state.restarts {
-			// The old numbering's sequences mean nothing now (`TrackProducer::start_over`).
 			self.restarts = state.restarts;
 			(self.yielded, self.next_sequence) = (None, 0);
 			self.held.clear();

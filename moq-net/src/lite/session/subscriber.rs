@@ -300,10 +300,6 @@ async fn fetch_track<T: Transport + 'static>(
 			continue;
 		};
 		subscribe(inner, path, track, demand, &mut seen).await?;
-		// The next subscription's groups may be numbered afresh (the public JavaScript publisher
-		// serves each from 0): kept, this cache would refuse them as duplicates and serve the
-		// last subscription's stale groups instead.
-		track.start_over();
 	}
 }
 
@@ -396,8 +392,17 @@ async fn subscribe<T: Transport + 'static>(
 				};
 				io::write(&mut send.send, &update).await?;
 			}
-			// Nobody downstream wants it any more: cancel upstream.
-			UpstreamEvent::Demand(None) => return send.finish(),
+			// Nobody downstream wants it any more: cancel upstream, and start the cache over,
+			// since the next subscription's groups may be numbered afresh (the public JavaScript
+			// publisher serves each from 0): kept, it would refuse them as duplicates and serve
+			// this subscription's stale groups instead. Unless a subscriber came back meanwhile
+			// (on another worker): then the subscription goes on, and the next turn sends its
+			// demand. (An ended track is not started over, and is cancelled all the same.)
+			UpstreamEvent::Demand(None) => {
+				if track.start_over() || track.subscription().is_none() {
+					return send.finish();
+				}
+			}
 		}
 	}
 }
