@@ -42,13 +42,17 @@
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 95 to 136 (8 levels are past the array, and each
+//! reprioritizing to an existing level 97 to 139 (8 levels are past the array, and each
 //! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
-//! the group) 95 to 96. A level per group (the session's pattern): reprioritizing to a new
-//! priority 128 to 153; retiring a group and inserting one at its priority (a level dropped and
-//! created) 335 to 365, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
-//! the same retire and insert without the level work costs 243 to 285 (slot, ring and
-//! ready-list bookkeeping of five calls), and the level work some 80 more.
+//! the group) 97 to 99. A level per group (the session's pattern): reprioritizing to a new
+//! priority 131 to 157; retiring a group and inserting one at its priority (a level dropped and
+//! created) 311 to 341, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
+//! the same retire and insert without the level work costs 238 to 284 (slot, ring and
+//! ready-list bookkeeping of five calls), and the level work some 70 more. By source line, of a
+//! level's 311: some 53 are bounds checks and some 66 the free lists' `Vec` pushes and pops.
+//! Forcing the ring and level paths inline (`link_tail`, `create_level`, `drop_level`,
+//! `retire_group`) took 24 off a level's retire and insert (335–365 before) and added 2 to 4 to
+//! the others.
 //!
 //! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
 //! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
@@ -59,9 +63,10 @@
 //! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
 //! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 308 and 335
 //! instructions (the trie's version: 492 and 509) and the reprioritize 106 and 136 (207 and
-//! 224). Of the way from 567–690 to 335–365, the map took 474–537 and the rest came from
-//! inlining the hot paths and borrowing the slot vectors as slices (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the level
-//! in place instead of dropping it and creating another.
+//! 224). Of the way from 567–690 to 335–365 (before the forced inlining), the map took 474–537
+//! and the rest came from inlining the hot paths and borrowing the slot vectors as slices (see
+//! `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the
+//! level in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!
@@ -755,7 +760,7 @@ impl Scheduler {
 	///
 	/// If the group still has streams: remove them first ([`Scheduler::remove_stream`]), so no
 	/// `StreamSlot` held by the caller is left pointing at a freed group.
-	#[inline]
+	#[inline(always)]
 	pub fn retire_group(&mut self, group: GroupId) {
 		let g = self.group_mut(group.0);
 		assert!(
@@ -1048,7 +1053,7 @@ impl Scheduler {
 
 	/// Links `group` (in no ring) at the tail of the ring of its `priority`, creating the level
 	/// if there is none.
-	#[inline]
+	#[inline(always)]
 	fn link_tail(&mut self, group: u32, priority: i32) {
 		let level = self.by_priority.get(priority);
 		if level == NIL {
@@ -1066,7 +1071,7 @@ impl Scheduler {
 	}
 
 	/// A level at `priority` whose ring is just `group`.
-	#[inline]
+	#[inline(always)]
 	fn create_level(&mut self, group: u32, priority: i32) {
 		let level = self.levels.insert(Level { priority, head: group });
 		self.by_priority.insert(priority, level);
@@ -1080,7 +1085,7 @@ impl Scheduler {
 	}
 
 	/// Drops a level whose ring has emptied.
-	#[inline]
+	#[inline(always)]
 	fn drop_level(&mut self, level: u32) {
 		let l = &mut self.levels.items[level as usize];
 		let priority = l.priority;
