@@ -460,21 +460,24 @@ impl TrackProducer {
 		Ok(())
 	}
 
-	/// If nobody subscribes, drops every cached group and every sequence seen, so the groups
-	/// that come next may be numbered afresh, from any sequence; the track, its info and its
-	/// cursors stay, and each cursor goes on from the next group to arrive. False, with nothing
-	/// done, if someone subscribes (or the track has ended). A relay does this as it ends an
-	/// upstream subscription: the public JavaScript publisher serves each subscription from a
-	/// track of its own, numbered from 0, so the next subscription's groups would otherwise be
-	/// refused as duplicates of the stale ones, or skipped as older. Checking for demand under
-	/// the same lock means no subscriber can arrive between the two and be served the old
-	/// numbering: one that came first keeps the subscription going.
+	/// Whether nobody subscribes; if so, and the track has not ended, drops every cached group and
+	/// every sequence seen, so the groups that come next may be numbered afresh, from any
+	/// sequence. The track, its info and its cursors stay, and each cursor goes on from the next
+	/// group to arrive. A relay does this as it ends an upstream subscription: the public
+	/// JavaScript publisher serves each subscription from a track of its own, numbered from 0, so
+	/// the next subscription's groups would otherwise be refused as duplicates of the stale ones,
+	/// or skipped as older. Checking for demand under the same lock means no subscriber can
+	/// arrive between the two and be served the old numbering: one that came first keeps the
+	/// subscription going.
 	pub fn start_over(&self) -> bool {
 		let mut evicted = Vec::new();
 		{
 			let mut state = self.state.lock();
-			if state.demand.is_some() || !state.is_live() || state.final_sequence.is_some() {
+			if state.demand.is_some() {
 				return false;
+			}
+			if !state.is_live() || state.final_sequence.is_some() {
+				return true;
 			}
 			// One arrival index past the end is skipped, so every cursor made before is behind the
 			// new base: the check that sees it (`poll_recv_group`) costs a live reader nothing.
@@ -619,19 +622,37 @@ pub struct TrackConsumer {
 	state: Lock<TrackState>,
 	/// The arrival index `recv_group` reads next.
 	next_arrival: u64,
+	passed: Passed,
+	start: Option<u64>,
+	end: Option<u64>,
+	subscription: Option<usize>,
+}
+
+/// What a cursor has passed, by sequence: meaningful only in the numbering it was read in. Every
+/// method that reads it, or moves the cursor to the base, first calls [`Passed::follow`].
+#[derive(Clone, Default)]
+struct Passed {
 	/// The highest sequence `recv_group` has yielded, if any.
 	yielded: Option<u64>,
 	/// The lowest sequence `next_group` may yield next.
 	next_sequence: u64,
-	start: Option<u64>,
-	end: Option<u64>,
 	/// Sequences of groups above the end cap, re-offered when it rises (at most [`MAX_HELD`]).
 	held: BTreeSet<u64>,
-	subscription: Option<usize>,
-	/// The track's `restarts` when this cursor last looked. Every method that reads `yielded`,
-	/// `next_sequence` or `held`, or moves the cursor to the base, first forgets them if the
-	/// track has started over since (they belong to the old numbering).
+	/// The track's `restarts` when the cursor last looked.
 	restarts: u64,
+}
+
+impl Passed {
+	/// Forgets every sequence if the track has started over (`restarts` is the track's count)
+	/// since the cursor last looked: they belong to the old numbering.
+	fn follow(&mut self, restarts: u64) {
+		if self.restarts != restarts {
+			*self = Self {
+				restarts,
+				..Self::default()
+			};
+		}
+	}
 }
 
 impl TrackConsumer {
@@ -648,13 +669,14 @@ impl TrackConsumer {
 		Self {
 			state,
 			next_arrival,
-			yielded: None,
-			next_sequence,
+			passed: Passed {
+				next_sequence,
+				restarts,
+				..Passed::default()
+			},
 			start: None,
 			end: None,
-			held: BTreeSet::new(),
 			subscription: None,
-			restarts,
 		}
 	}
 
@@ -712,21 +734,17 @@ impl TrackConsumer {
 	/// rewinds to the oldest cached group to find them.
 	pub fn start_at(&mut self, start: u64) {
 		let state = self.state.lock();
-		if self.restarts != state.restarts {
-			self.restarts = state.restarts;
-			self.yielded = None;
-			self.held.clear();
-		}
+		self.passed.follow(state.restarts);
 		self.start = Some(start);
 		self.next_arrival = state.base;
-		self.next_sequence = start;
+		self.passed.next_sequence = start;
 	}
 
 	/// Raises the floor to `start` without going back: groups below it are no longer yielded,
 	/// and nothing already passed is offered again.
 	pub fn raise_start(&mut self, start: u64) {
 		self.start = Some(start);
-		self.next_sequence = self.next_sequence.max(start);
+		self.passed.next_sequence = self.passed.next_sequence.max(start);
 	}
 
 	/// Removes the floor: the cursor goes on from the latest group, as a cursor made without a
@@ -737,18 +755,14 @@ impl TrackConsumer {
 			return;
 		};
 		let state = self.state.lock();
-		if self.restarts != state.restarts {
-			self.restarts = state.restarts;
-			(self.yielded, self.next_sequence) = (None, 0);
-			self.held.clear();
-		}
+		self.passed.follow(state.restarts);
 		if let (Some(latest), Some(max)) = (state.latest, state.max_sequence)
 			&& max < start
-			&& self.yielded.is_none_or(|yielded| yielded < max)
+			&& self.passed.yielded.is_none_or(|yielded| yielded < max)
 		{
 			// Every cached group was below the floor, so none was yielded: the latest comes next.
 			self.next_arrival = self.next_arrival.min(latest);
-			self.next_sequence = max;
+			self.passed.next_sequence = max;
 		}
 	}
 
@@ -818,13 +832,11 @@ impl TrackConsumer {
 		// `TrackProducer::start_over` leaves every cursor that has not looked since behind the
 		// base (`start_at` and `clear_start` look too), so a live reader pays one comparison for
 		// this; the arrival index is corrected below, as after any eviction.
-		if self.next_arrival < state.base && self.restarts != state.restarts {
-			self.restarts = state.restarts;
-			(self.yielded, self.next_sequence) = (None, 0);
-			self.held.clear();
+		if self.next_arrival < state.base {
+			self.passed.follow(state.restarts);
 		}
-		if !self.held.is_empty()
-			&& let Some(group) = Self::take_held(&mut self.held, self.end, &state)
+		if !self.passed.held.is_empty()
+			&& let Some(group) = Self::take_held(&mut self.passed.held, self.end, &state)
 		{
 			return Poll::Ready(Ok(Some(group)));
 		}
@@ -844,13 +856,13 @@ impl TrackConsumer {
 				continue;
 			}
 			if self.end.is_some_and(|end| cached.sequence > end) {
-				Self::hold(&mut self.held, cached.sequence);
+				Self::hold(&mut self.passed.held, cached.sequence);
 				continue;
 			}
-			self.yielded = Some(self.yielded.map_or(cached.sequence, |y| y.max(cached.sequence)));
+			self.passed.yielded = Some(self.passed.yielded.map_or(cached.sequence, |y| y.max(cached.sequence)));
 			return Poll::Ready(Ok(Some(GroupConsumer::new(cached.sequence, cached.group.clone()))));
 		}
-		if state.is_complete() && self.held.is_empty() {
+		if state.is_complete() && self.passed.held.is_empty() {
 			return Poll::Ready(Ok(None));
 		}
 		state.on_group.register(waiter);
@@ -869,17 +881,13 @@ impl TrackConsumer {
 		if let Some(error) = &state.error {
 			return Poll::Ready(Err(error.clone()));
 		}
-		if self.restarts != state.restarts {
-			self.restarts = state.restarts;
-			(self.yielded, self.next_sequence) = (None, 0);
-			self.held.clear();
-		}
-		let from = self.next_sequence.max(self.start.unwrap_or(0));
+		self.passed.follow(state.restarts);
+		let from = self.passed.next_sequence.max(self.start.unwrap_or(0));
 		if let Some((&sequence, &arrival)) = state.by_sequence.range(from..).next()
 			&& self.end.is_none_or(|end| sequence <= end)
 			&& let Some(cached) = state.cached(arrival)
 		{
-			self.next_sequence = sequence + 1;
+			self.passed.next_sequence = sequence + 1;
 			return Poll::Ready(Ok(Some(GroupConsumer::new(sequence, cached.group.clone()))));
 		}
 		let beyond_end = self.end.is_some_and(|end| from > end);
@@ -937,13 +945,10 @@ impl Clone for TrackConsumer {
 		Self {
 			state: self.state.clone(),
 			next_arrival: self.next_arrival,
-			yielded: self.yielded,
-			next_sequence: self.next_sequence,
+			passed: self.passed.clone(),
 			start: self.start,
 			end: self.end,
-			held: self.held.clone(),
 			subscription: None,
-			restarts: self.restarts,
 		}
 	}
 }

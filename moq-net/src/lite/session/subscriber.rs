@@ -397,9 +397,9 @@ async fn subscribe<T: Transport + 'static>(
 			// publisher serves each from 0): kept, it would refuse them as duplicates and serve
 			// this subscription's stale groups instead. Unless a subscriber came back meanwhile
 			// (on another worker): then the subscription goes on, and the next turn sends its
-			// demand. (An ended track is not started over, and is cancelled all the same.)
+			// demand.
 			UpstreamEvent::Demand(None) => {
-				if track.start_over() || track.subscription().is_none() {
+				if track.start_over() {
 					return send.finish();
 				}
 			}
