@@ -128,10 +128,9 @@ pub enum After {
 
 #[derive(Clone, Debug)]
 struct Group {
+	/// The level of its ring, when it is in one.
 	priority: i32,
-	/// The level slot of the ring this group is linked into, or `NIL` when it is in none.
-	level: u32,
-	/// Ring neighbours (group slots); meaningful only while `level != NIL`.
+	/// Ring neighbours (group slots); `next == NIL` exactly when the group is in no ring.
 	prev: u32,
 	next: u32,
 	/// Bytes left in the current turn. Non-zero only for the front group of a ring during its
@@ -142,6 +141,9 @@ struct Group {
 	/// Streams of this group, ready or not (retiring needs it to be zero); `FREE` when the slot
 	/// is free.
 	members: u32,
+	/// Whether it is the front of its ring (the group the level map holds), so that taking a
+	/// group out of a ring needs no lookup to know whether the front moves.
+	front: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -154,52 +156,91 @@ struct Stream {
 	next: u32,
 }
 
-#[derive(Clone, Debug)]
-struct Level {
-	priority: i32,
-	/// The front group of the ring (the tail is its `prev`); `FREE` when the slot is free.
-	head: u32,
-}
-
 /// Marks a free slot (in the field named on each record).
 const FREE: u32 = u32::MAX - 1;
 
+impl Record for Group {
+	fn vacate(&mut self, next: u32) {
+		self.members = FREE;
+		self.next = next;
+	}
+
+	fn next_free(&self) -> u32 {
+		self.next
+	}
+}
+
+impl Record for Stream {
+	fn vacate(&mut self, next: u32) {
+		self.group = FREE;
+		self.prev = next;
+	}
+
+	fn next_free(&self) -> u32 {
+		self.prev
+	}
+}
+
+
 /// Records in a vector, addressed by `u32` slot, with freed slots reused last-in first-out.
+/// The free list is threaded through the free records themselves ([`Record`]): a push or a
+/// pop is a load and a store in a record at hand, where a `Vec` of free slots cost a capacity
+/// check, a length update and a second buffer (about 11 instructions per operation, some 30 of
+/// a level's retire and insert; callgrind, scheduler benchmark).
 #[derive(Debug)]
 struct Slots<T> {
 	items: Vec<T>,
-	free: Vec<u32>,
+	/// The first free slot, `NIL` if none.
+	free: u32,
 }
 
-impl<T> Slots<T> {
+/// A record that can stand in a [`Slots`] free list.
+trait Record {
+	/// Marks the record free (in its `FREE` field) and links it to the free slot `next`.
+	fn vacate(&mut self, next: u32);
+	/// The free slot after this free record.
+	fn next_free(&self) -> u32;
+}
+
+impl<T: Record> Slots<T> {
 	fn with_capacity(capacity: usize) -> Self {
 		Self {
 			items: Vec::with_capacity(capacity),
-			free: Vec::new(),
+			free: NIL,
 		}
 	}
 
+	#[inline(always)]
 	fn insert(&mut self, item: T) -> u32 {
-		match self.free.pop() {
-			Some(slot) => {
-				self.items[slot as usize] = item;
-				slot
-			}
-			None => {
-				let slot = slot_u32(self.items.len());
-				self.items.push(item);
-				slot
-			}
+		let slot = self.free;
+		if slot != NIL {
+			let record = &mut self.items[slot as usize];
+			self.free = record.next_free();
+			*record = item;
+			return slot;
 		}
+		let slot = slot_u32(self.items.len());
+		self.items.push(item);
+		slot
 	}
 
-	/// Frees `slot`; the caller marks the record free.
+	/// Frees `slot`, marking its record free.
+	#[inline(always)]
 	fn free(&mut self, slot: u32) {
-		self.free.push(slot);
+		self.items[slot as usize].vacate(self.free);
+		self.free = slot;
 	}
 
+	/// Records in use, by a walk of the free list: for tests and statistics, so the hot paths
+	/// keep no count.
 	fn len(&self) -> usize {
-		self.items.len() - self.free.len()
+		let mut free = 0;
+		let mut at = self.free;
+		while at != NIL {
+			free += 1;
+			at = self.items[at as usize].next_free();
+		}
+		self.items.len() - free
 	}
 }
 
@@ -265,6 +306,19 @@ impl LevelMap {
 			}
 		}
 		NIL
+	}
+
+	/// Replaces the value of `priority`, which must be present.
+	#[inline(always)]
+	fn set(&mut self, priority: i32, value: u32) {
+		if self.spilled {
+			return self.radix.set(order_key(priority), value);
+		}
+		for entry in &mut self.small[..self.small_len] {
+			if entry.0 == priority {
+				entry.1 = value;
+			}
+		}
 	}
 
 	/// Adds `priority`, which must be absent, with `level`.
@@ -383,10 +437,11 @@ struct Radix {
 	/// The leaf last reached, `NIL` if none (or freed since), and its keys' `key >> 6`. A
 	/// cell, so that lookups, which fill it, need no `&mut`.
 	leaf: Cell<(u32, u32)>,
-	/// Keys recently looked up and their levels, direct-mapped by a hash of the key; an entry
-	/// goes when its key does. Levels of several subscriber priorities on one connection differ
-	/// in their high bits, so their lookups take turns missing the leaf and walking six tiers:
-	/// at 8 such levels a reprioritize cost 214 instructions without these entries, 157 with.
+	/// Keys recently looked up and their leaves, direct-mapped by a hash of the key; an entry
+	/// goes when its key does (so a leaf is never freed under one). Levels of several subscriber
+	/// priorities on one connection differ in their high bits, so their lookups take turns
+	/// missing the leaf and walking six tiers: at 8 such levels a reprioritize cost 214
+	/// instructions without these entries, 157 with.
 	recent: [Cell<(u32, u32)>; RECENT],
 }
 
@@ -468,9 +523,9 @@ impl Radix {
 	#[inline(never)]
 	fn get_uncached(&self, key: u32) -> u32 {
 		let recent = &self.recent[recent_slot(key)];
-		let (k, level) = recent.get();
-		if level != NIL && k == key {
-			return level;
+		let (k, leaf) = recent.get();
+		if leaf != NIL && k == key {
+			return self.nodes[leaf as usize].child[radix_index(key, 0)];
 		}
 		let leaf = self.walk(key);
 		if leaf == NIL {
@@ -478,7 +533,7 @@ impl Radix {
 		}
 		let level = self.level_in(leaf, key);
 		if level != NIL {
-			recent.set((key, level));
+			recent.set((key, leaf));
 		}
 		level
 	}
@@ -494,6 +549,19 @@ impl Radix {
 		n.child[i]
 	}
 
+	/// The leaf of `key`, which must be present, from `recent` or by a walk.
+	#[inline(never)]
+	fn leaf_uncached(&self, key: u32) -> u32 {
+		let recent = &self.recent[recent_slot(key)];
+		let (k, leaf) = recent.get();
+		if leaf != NIL && k == key {
+			return leaf;
+		}
+		let leaf = self.walk(key);
+		recent.set((key, leaf));
+		leaf
+	}
+
 	/// Adds `key`, which must be absent, with `level`.
 	#[inline(always)]
 	fn insert(&mut self, key: u32, level: u32) {
@@ -506,6 +574,16 @@ impl Radix {
 		n.bits |= 1 << i;
 		n.child[i] = level;
 		self.count += 1;
+	}
+
+	/// Replaces the value of `key`, which must be present.
+	#[inline(always)]
+	fn set(&mut self, key: u32, value: u32) {
+		let leaf = match self.cached_leaf(key) {
+			Some(leaf) => leaf,
+			None => self.leaf_uncached(key),
+		};
+		self.nodes[leaf as usize].child[radix_index(key, 0)] = value;
 	}
 
 	/// Creates the nodes missing on `key`'s path and returns its leaf, which it caches.
@@ -667,11 +745,19 @@ pub struct Scheduler {
 	quantum: usize,
 	groups: Slots<Group>,
 	streams: Slots<Stream>,
-	levels: Slots<Level>,
-	/// The levels by priority, in order.
+	/// The levels by priority, in order, each with the front group of its ring.
 	by_priority: LevelMap,
-	/// The level of the highest priority, the one `pick` serves; `NIL` when there is none.
+	/// The front group of the highest level, the one `pick` serves (the map holds it too); or
+	/// `NIL` when that level is not known yet, and every level is below `top_priority`.
+	///
+	/// Dropping the highest level leaves it unknown rather than looking for the next one down:
+	/// in the session's pattern a newer group usually arrives above before the next `pick`
+	/// (and in the benchmark's retire and insert at the front, 35 instructions of 309 went to
+	/// that lookup; callgrind). `pick` looks it up when it needs it.
 	top: u32,
+	/// The priority of the highest level while `top != NIL`; otherwise a bound above every
+	/// level.
+	top_priority: i32,
 	/// Streams in a ready list, anywhere.
 	ready: usize,
 }
@@ -694,9 +780,9 @@ impl Scheduler {
 			quantum,
 			groups: Slots::with_capacity(groups),
 			streams: Slots::with_capacity(streams),
-			levels: Slots::with_capacity(0),
 			by_priority: LevelMap::new(),
 			top: NIL,
+			top_priority: i32::MIN,
 			ready: 0,
 		}
 	}
@@ -711,12 +797,12 @@ impl Scheduler {
 	pub fn insert_group(&mut self, priority: i32) -> GroupId {
 		GroupId(self.groups.insert(Group {
 			priority,
-			level: NIL,
 			prev: NIL,
 			next: NIL,
 			deficit: 0,
 			first: NIL,
 			members: 0,
+			front: false,
 		}))
 	}
 
@@ -726,23 +812,26 @@ impl Scheduler {
 	/// included (a walk of the level map's six tiers at worst).
 	pub fn set_priority(&mut self, group: GroupId, priority: i32) {
 		let g = self.group_mut(group.0);
-		if g.priority == priority {
+		let old = g.priority;
+		if old == priority {
 			return;
 		}
-		g.priority = priority;
-		if g.level == NIL {
+		if g.next == NIL {
+			g.priority = priority;
 			return;
 		}
 		g.deficit = 0;
 		let has_ready = g.first != NIL;
 		// Alone in its ring and bound for a priority no level has (the session's pattern): the
 		// level changes key instead of being dropped and created again.
-		let (alone, level) = (g.next == group.0, g.level);
+		let alone = g.next == group.0;
 		if has_ready && alone && self.by_priority.get(priority) == NIL {
-			self.rekey(level, priority);
+			self.groups[group.0].priority = priority;
+			self.rekey(group.0, old, priority);
 			return;
 		}
 		self.unlink(group.0);
+		self.groups[group.0].priority = priority;
 		if has_ready {
 			self.link_tail(group.0, priority);
 		}
@@ -768,8 +857,7 @@ impl Scheduler {
 			"retire_group: the group still has {} streams",
 			g.members
 		);
-		g.members = FREE;
-		if g.level != NIL {
+		if g.next != NIL {
 			self.unlink(group.0);
 		}
 		self.groups.free(group.0);
@@ -814,7 +902,6 @@ impl Scheduler {
 		let s = &mut streams[stream.0 as usize];
 		debug_assert!(s.group != FREE, "stream {} used after remove_stream", stream.0);
 		let (group, prev, next) = (s.group, s.prev, s.next);
-		s.group = FREE;
 		let g = &mut self.groups.items[group as usize];
 		g.members -= 1;
 		if next != NIL {
@@ -856,9 +943,11 @@ impl Scheduler {
 	/// is left of it. Dry groups met at a ring's front are unlinked on the way. Picking twice
 	/// without [`Scheduler::sent`] returns the same pick.
 	pub fn pick(&mut self) -> Option<Pick> {
-		while self.top != NIL {
-			let level = self.top;
-			let group = self.levels[level].head;
+		loop {
+			if self.top == NIL && !self.find_top() {
+				return None;
+			}
+			let group = self.top;
 			let g = &mut self.groups[group];
 			if g.first == NIL {
 				self.unlink(group);
@@ -875,7 +964,19 @@ impl Scheduler {
 				allowance: g.deficit,
 			});
 		}
-		None
+	}
+
+	/// Finds the highest level when it is not known; false if there is no level.
+	#[inline(never)]
+	fn find_top(&mut self) -> bool {
+		match self.by_priority.below(self.top_priority) {
+			Some((priority, head)) => {
+				self.top = head;
+				self.top_priority = priority;
+				true
+			}
+			None => false,
+		}
 	}
 
 	/// Accounts a write of `bytes` (at most `pick.allowance`) for `pick`, which must be the last
@@ -975,7 +1076,7 @@ impl Scheduler {
 			let s = &mut streams[stream as usize];
 			s.prev = stream;
 			s.next = stream;
-			if g.level == NIL {
+			if g.next == NIL {
 				let priority = g.priority;
 				self.link_tail(group, priority);
 			}
@@ -1027,10 +1128,24 @@ impl Scheduler {
 	/// Ends the turn of `group`, the front of its ring: the next group becomes the front, which
 	/// puts this one at the tail.
 	fn rotate(&mut self, group: u32) {
-		let g = &self.groups[group];
-		debug_assert_eq!(self.levels[g.level].head, group, "only the front group rotates");
-		let next = g.next;
-		self.levels[g.level].head = next;
+		let groups = &mut self.groups.items[..];
+		let g = &mut groups[group as usize];
+		let (priority, next) = (g.priority, g.next);
+		debug_assert!(g.front, "only the front group rotates");
+		if next != group {
+			g.front = false;
+			groups[next as usize].front = true;
+			self.set_head(priority, next);
+		}
+	}
+
+	/// Makes `group` the front of the ring at `priority`, which must exist.
+	#[inline(always)]
+	fn set_head(&mut self, priority: i32, group: u32) {
+		self.by_priority.set(priority, group);
+		if priority == self.top_priority {
+			self.top = group;
+		}
 	}
 
 	/// Takes a linked `group` out of its ring, dropping the level if the ring empties.
@@ -1038,16 +1153,18 @@ impl Scheduler {
 	fn unlink(&mut self, group: u32) {
 		let groups = &mut self.groups.items[..];
 		let g = &mut groups[group as usize];
-		let (level, prev, next) = (g.level, g.prev, g.next);
-		g.level = NIL;
+		let (priority, prev, next, front) = (g.priority, g.prev, g.next, g.front);
+		g.next = NIL;
+		g.front = false;
 		if next == group {
-			return self.drop_level(level);
+			return self.drop_level(priority);
 		}
 		groups[prev as usize].next = next;
-		groups[next as usize].prev = prev;
-		let l = &mut self.levels.items[level as usize];
-		if l.head == group {
-			l.head = next;
+		let n = &mut groups[next as usize];
+		n.prev = prev;
+		if front {
+			n.front = true;
+			self.set_head(priority, next);
 		}
 	}
 
@@ -1055,17 +1172,15 @@ impl Scheduler {
 	/// if there is none.
 	#[inline(always)]
 	fn link_tail(&mut self, group: u32, priority: i32) {
-		let level = self.by_priority.get(priority);
-		if level == NIL {
+		let head = self.by_priority.get(priority);
+		if head == NIL {
 			return self.create_level(group, priority);
 		}
-		let head = self.levels.items[level as usize].head;
 		let groups = &mut self.groups.items[..];
 		let tail = groups[head as usize].prev;
 		groups[tail as usize].next = group;
 		groups[head as usize].prev = group;
 		let g = &mut groups[group as usize];
-		g.level = level;
 		g.prev = tail;
 		g.next = head;
 	}
@@ -1073,47 +1188,45 @@ impl Scheduler {
 	/// A level at `priority` whose ring is just `group`.
 	#[inline(always)]
 	fn create_level(&mut self, group: u32, priority: i32) {
-		let level = self.levels.insert(Level { priority, head: group });
-		self.by_priority.insert(priority, level);
-		if self.top == NIL || self.levels.items[self.top as usize].priority < priority {
-			self.top = level;
+		self.by_priority.insert(priority, group);
+		if self.top_priority < priority || (self.top == NIL && self.top_priority == priority) {
+			self.top = group;
+			self.top_priority = priority;
 		}
 		let g = &mut self.groups.items[group as usize];
-		g.level = level;
 		g.prev = group;
 		g.next = group;
+		g.front = true;
 	}
 
-	/// Drops a level whose ring has emptied.
+	/// Drops the level at `priority`, whose ring has emptied.
 	#[inline(always)]
-	fn drop_level(&mut self, level: u32) {
-		let l = &mut self.levels.items[level as usize];
-		let priority = l.priority;
-		l.head = FREE;
-		self.levels.free(level);
+	fn drop_level(&mut self, priority: i32) {
 		self.by_priority.remove(priority);
-		if self.top == level {
-			// It was the highest: the next is the highest below it.
-			self.top = self.by_priority.below(priority).map_or(NIL, |(_, level)| level);
+		if self.top_priority == priority {
+			// It was the highest: every level left is below it.
+			self.top = NIL;
 		}
 	}
 
-	/// Gives `level` a new priority, which no level has.
+	/// Moves the level at `old`, whose ring is just `group`, to `priority`, which no level has.
 	#[inline]
-	fn rekey(&mut self, level: u32, priority: i32) {
-		let l = &mut self.levels.items[level as usize];
-		let old = l.priority;
-		l.priority = priority;
+	fn rekey(&mut self, group: u32, old: i32, priority: i32) {
 		self.by_priority.remove(old);
-		self.by_priority.insert(priority, level);
-		if self.top == level {
-			// It was the highest: it still is unless a level below its old priority is above
-			// its new one (found from the old key's leaf, usually without a walk).
-			if let Some((_, next)) = self.by_priority.below(old).filter(|&(next, _)| next > priority) {
-				self.top = next;
+		self.by_priority.insert(priority, group);
+		if self.top_priority == old {
+			// It was the highest (an unknown highest has no level at the bound): moving up it
+			// still is; moving down, every level is below its old priority.
+			if priority > old {
+				self.top_priority = priority;
+			} else {
+				self.top = NIL;
 			}
-		} else if self.levels.items[self.top as usize].priority < priority {
-			self.top = level;
+		} else if self.top_priority < priority
+			|| (self.top == NIL && self.top_priority == priority)
+		{
+			self.top = group;
+			self.top_priority = priority;
 		}
 	}
 }
@@ -1138,50 +1251,41 @@ mod tests {
 		/// and cached value.
 		fn check(&self) {
 			let live = |n: usize, free: &dyn Fn(u32) -> bool| (0..n as u32).filter(|&x| !free(x)).collect::<Vec<u32>>();
-			let levels = live(self.levels.items.len(), &|l| self.levels[l].head == FREE);
 			let groups = live(self.groups.items.len(), &|g| self.groups[g].members == FREE);
 			let streams = live(self.streams.items.len(), &|s| self.streams[s].group == FREE);
 			assert_eq!(
-				(levels.len(), groups.len(), streams.len()),
-				(self.levels.len(), self.groups(), self.streams()),
+				(groups.len(), streams.len()),
+				(self.groups(), self.streams()),
 				"free lists and free marks disagree"
 			);
-			assert_eq!(self.by_priority.len(), levels.len());
-			// The map holds exactly the levels' priorities, and walks them down from the top.
-			let mut priorities: Vec<i32> = levels.iter().map(|&l| self.levels[l].priority).collect();
-			priorities.sort_unstable_by(|a, b| b.cmp(a));
-			let mut walked = Vec::new();
+			// The map walks its levels down from the top, each with the front of its ring.
+			let mut levels = Vec::new();
 			let mut next = self.by_priority.max();
-			while let Some((priority, level)) = next {
-				walked.push(priority);
-				assert!(walked.len() <= levels.len(), "the map holds more than the levels");
-				assert_eq!(
-					self.levels[level].priority, priority,
-					"the map's level has another priority"
-				);
+			while let Some((priority, head)) = next {
+				assert!(levels.len() < groups.len(), "the map holds more levels than groups");
+				assert_eq!(self.by_priority.get(priority), head, "get and the walk disagree");
+				levels.push((priority, head));
 				next = self.by_priority.below(priority);
 			}
-			assert_eq!(walked, priorities, "the map and the levels disagree");
-			assert_eq!(
-				self.top,
-				priorities.first().map_or(NIL, |&p| self.by_priority.get(p)),
-				"top is not the highest level"
-			);
+			assert_eq!(self.by_priority.len(), levels.len());
+			match (self.top, levels.first()) {
+				(NIL, None) => {}
+				(NIL, Some(&(priority, _))) => {
+					assert!(priority < self.top_priority, "an unknown top below a level")
+				}
+				(top, Some(&(priority, head))) => {
+					assert_eq!((top, self.top_priority), (head, priority), "top is not the highest level")
+				}
+				(top, None) => panic!("top {top} with no level"),
+			}
 			let mut linked = 0;
-			for &level in &levels {
-				let priority = self.levels[level].priority;
-				assert_eq!(
-					self.by_priority.get(priority),
-					level,
-					"level {level} not found by its priority"
-				);
-				let head = self.levels[level].head;
+			for &(priority, head) in &levels {
 				let mut at = head;
 				loop {
 					let g = &self.groups[at];
 					assert!(g.members != FREE, "a free group in a ring");
-					assert_eq!(g.level, level, "group {at} in the ring of another level");
 					assert_eq!(g.priority, priority, "group {at} in the wrong level");
+					assert_eq!(g.front, at == head, "group {at}'s front mark");
 					assert_eq!(self.groups[g.next].prev, at, "broken ring link after {at}");
 					linked += 1;
 					assert!(linked <= groups.len(), "a ring that does not close");
@@ -1191,18 +1295,19 @@ mod tests {
 					}
 				}
 			}
-			assert_eq!(linked, groups.iter().filter(|&&g| self.groups[g].level != NIL).count());
+			assert_eq!(linked, groups.iter().filter(|&&g| self.groups[g].next != NIL).count());
+			assert!(groups.iter().all(|&g| self.groups[g].next != NIL || !self.groups[g].front));
 			let mut ready = 0;
 			for &slot in &groups {
 				let g = &self.groups[slot];
 				if g.deficit > 0 {
 					assert!(
-						g.level != NIL && self.levels[g.level].head == slot,
+						g.front,
 						"a deficit off the front"
 					);
 				}
 				if g.first != NIL {
-					assert!(g.level != NIL, "group {slot} has ready streams but no ring");
+					assert!(g.next != NIL, "group {slot} has ready streams but no ring");
 					let mut at = g.first;
 					loop {
 						let s = &self.streams[at];
@@ -1291,7 +1396,7 @@ mod tests {
 		s.set_priority(high[1].0, 1);
 		s.set_priority(low[0].0, 1);
 		s.check();
-		assert_eq!(s.levels.len(), 1);
+		assert_eq!(s.by_priority.len(), 1);
 		assert_eq!(turns(&mut s, 5), [low[1].0, low[2].0, high[0].0, high[1].0, low[0].0]);
 	}
 
@@ -1371,7 +1476,7 @@ mod tests {
 			]
 		);
 		assert!(s.is_empty());
-		assert_eq!(s.levels.len(), 0, "drained groups leave their rings");
+		assert_eq!(s.by_priority.len(), 0, "drained groups leave their rings");
 	}
 
 	#[test]
@@ -1407,7 +1512,7 @@ mod tests {
 		// g[3] runs dry and stays dry: passing the front unlinks it ...
 		s.remove_stream(all[3].1);
 		assert_eq!(turns(&mut s, 5), [g[0], g[1], g[2], g[0], g[1]]);
-		assert_eq!(s.groups[g[3].0].level, NIL);
+		assert_eq!(s.groups[g[3].0].next, NIL);
 		// ... so when it is refilled it queues at the tail, behind g[1].
 		let refill = s.insert_stream(g[3], 98);
 		s.ready(refill);
@@ -1526,7 +1631,7 @@ mod tests {
 		s.check();
 		assert_eq!((s.groups(), s.streams()), (0, 0));
 		assert!(s.is_empty() && s.top == NIL && s.by_priority.max().is_none());
-		assert_eq!((s.levels.len(), s.by_priority.len()), (0, 0));
+		assert_eq!(s.by_priority.len(), 0);
 		// Slots are reused: the same population again takes no new ones.
 		let slots = (s.groups.items.len(), s.streams.items.len());
 		ready_groups(&mut s, 0, 100);
