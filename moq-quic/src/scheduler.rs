@@ -17,56 +17,57 @@
 //!
 //! # Structure
 //!
-//! Groups, streams and levels live in slot vectors with free lists and link to each other by
-//! `u32` slot, so nothing moves and nothing is allocated once the vectors have grown to their
-//! working size.
+//! Groups and streams live in slot vectors, each with a free list threaded through its free
+//! records, and link to each other by `u32` slot, so nothing moves and nothing is allocated
+//! once the vectors have grown to their working size.
 //!
 //! * A level's ring is a circular doubly linked list threaded through the group slots
-//!   (`prev`/`next`); the level record holds its front group, and the tail is the front's
-//!   `prev`. A linked group caches its level's slot, so taking a group out of its ring
-//!   (reprioritizing, retiring) touches its two neighbours and, if it was the front, the level
-//!   record: O(1) wherever it sits and however long the ring is. Rotating the front group to the
-//!   tail is one store.
+//!   (`prev`/`next`; `next == NIL` exactly when a group is in no ring). A level has no record
+//!   of its own: the level map holds its front group, the tail is the front's `prev`, and the
+//!   front carries a mark, so taking a group out of its ring (reprioritizing, retiring) touches
+//!   its two neighbours and, only if it was the front, the map: O(1) wherever it sits and
+//!   however long the ring is.
 //! * A group's ready streams form the same kind of circular list through the stream slots, so
 //!   removing a stream, ready or not, is O(1).
 //! * Levels are found by priority, and ordered, in one map (`LevelMap`): up to four levels in a
-//!   sorted array of `(priority, level)`, a relay connection's usual count, then a 64-ary radix
-//!   tree over the priorities (`Radix`: a root for the top two bits, five tiers of six, a bitmap
-//!   of present children in each node) whose leaves hold the level slots. The leaf last reached
-//!   is kept, and the session's priorities are mostly consecutive, so creating or dropping a
-//!   level usually touches that one leaf; otherwise it walks the six tiers. The next level down
-//!   is in the same leaf or a climb of the path. The highest level is kept at hand for
-//!   [`Scheduler::pick`]. Nothing depends on how many levels there are. The MoQ session gives
-//!   every group stream its own priority, so thousands of levels of one group each are the
-//!   normal case.
+//!   sorted array of `(priority, front group)`, a relay connection's usual count, then a 64-ary
+//!   radix tree over the priorities (`Radix`: a root for the top two bits, five tiers of six, a
+//!   bitmap of present children in each node) whose leaves hold the front groups. The leaf last
+//!   reached is kept, and the session's priorities are mostly consecutive, so creating or
+//!   dropping a level usually touches that one leaf; otherwise it walks the six tiers. The next
+//!   level down is in the same leaf or a climb of the path. Nothing depends on how many levels
+//!   there are. The MoQ session gives every group stream its own priority, so thousands of
+//!   levels of one group each are the normal case.
+//! * The highest level's front is kept at hand for [`Scheduler::pick`]. When that level drops,
+//!   the next one down is not looked for until a `pick` needs it: in the session's pattern a
+//!   newer group, which ranks higher, usually arrives first and becomes the highest itself.
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 97 to 139 (8 levels are past the array, and each
-//! lookup finds its level in the tree's `recent` entries); retiring (the group's stream, then
-//! the group) 97 to 99. A level per group (the session's pattern): reprioritizing to a new
-//! priority 131 to 157; retiring a group and inserting one at its priority (a level dropped and
-//! created) 311 to 341, the same at 16 levels as at 16,384. That is over the 250 of issue #15:
-//! the same retire and insert without the level work costs 238 to 284 (slot, ring and
-//! ready-list bookkeeping of five calls), and the level work some 70 more. By source line, of a
-//! level's 311: some 53 are bounds checks and some 66 the free lists' `Vec` pushes and pops.
-//! Forcing the ring and level paths inline (`link_tail`, `create_level`, `drop_level`,
-//! `retire_group`) took 24 off a level's retire and insert (335–365 before) and added 2 to 4 to
-//! the others.
+//! reprioritizing to an existing level 95 to 190 (8 levels are past the array; moving a ring's
+//! front re-points the map, which with 8 levels far apart is a lookup through the tree's
+//! `recent` entries: 190 at the front, 145 elsewhere); retiring (the group's stream, then the
+//! group) 76 to 143. A level per group (the session's pattern, every operation creating a level
+//! and dropping one): reprioritizing to a new priority 113 to 117; retiring a group and
+//! inserting one at its priority 231 to 236, the same at 16 levels as at 16,384. Of each
+//! retire-and-insert row, some 43 are the benchmark loop's two out-of-line calls. With two or
+//! four levels of one group, a relay connection's case (`--sizes 2,4 --levels 2`), the array
+//! makes a level's retire and insert 213 to 260 and the reprioritize 88 to 137.
 //!
-//! What the levels' structures cost before, on the same benchmark: a binary heap, 501 to 1,146
-//! per retire and insert, growing with the levels; a hashed bitmap trie (its non-empty words in
-//! an open-addressing table, and a second table from priority to level), 567 to 690, and 293 to
-//! 385 per reprioritize to a new priority, with 112 to 114 per reprioritize and 318 to 320 per
-//! retire and insert in shared levels (a table probe is one lookup at any spread of keys); the
-//! first version, on the slab crate and a `BTreeMap` of levels, 500 to 2,485 for that
-//! reprioritize. With two or four levels of one group, a relay connection's case (not a row of
-//! the benchmark; `--sizes 2,4`), the array makes a level's retire and insert 308 and 335
-//! instructions (the trie's version: 492 and 509) and the reprioritize 106 and 136 (207 and
-//! 224). Of the way from 567–690 to 335–365 (before the forced inlining), the map took 474–537
-//! and the rest came from inlining the hot paths and borrowing the slot vectors as slices (see
-//! `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys the
-//! level in place instead of dropping it and creating another.
+//! What the levels' structures cost before, on the same benchmark (a level's retire and insert;
+//! reprioritize to a new priority): a binary heap, 501 to 1,146, growing with the levels; a
+//! hashed bitmap trie (its non-empty words in an open-addressing table, and a second table from
+//! priority to level), 567 to 690 and 293 to 385; the first version, on the slab crate and a
+//! `BTreeMap` of levels, 500 to 2,485 for that reprioritize. With the level map and level
+//! records beside it, 311 to 341 and 131 to 157 (reprioritizing to an existing level 97 to 139,
+//! retiring 97 to 99). From there (issue #15's table in `docs/bench.md` has each step): free
+//! lists through the records instead of `Vec`s of free slots took 3; no level records, the
+//! front mark and `recent` entries that hold leaves, 34 more (and moved the cost of a moved
+//! front into the map: 8 levels' reprioritize at the front 139 to 187); the lazy highest level,
+//! 30 at the front; one lookup to find or add a level, no key count in the tree, and retired
+//! records freed from the fields at hand, 43. Borrowing the slot vectors as slices helps too
+//! (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys
+//! the level in place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!
@@ -183,10 +184,8 @@ impl Record for Stream {
 
 
 /// Records in a vector, addressed by `u32` slot, with freed slots reused last-in first-out.
-/// The free list is threaded through the free records themselves ([`Record`]): a push or a
-/// pop is a load and a store in a record at hand, where a `Vec` of free slots cost a capacity
-/// check, a length update and a second buffer (about 11 instructions per operation, some 30 of
-/// a level's retire and insert; callgrind, scheduler benchmark).
+/// The free list is threaded through the free records themselves ([`Record`]), so freeing a
+/// slot is two stores into a record the caller has at hand and no second buffer exists.
 #[derive(Debug)]
 struct Slots<T> {
 	items: Vec<T>,
@@ -254,7 +253,7 @@ impl<T> IndexMut<u32> for Slots<T> {
 /// The levels by priority, in order: which level a priority has, and the highest level below a
 /// priority. Up to [`SMALL_LEVELS`] of them sit in a sorted array, which is the whole of it on
 /// most of the relay's connections (one to three group streams in flight: 32 bytes and no
-/// allocation); past that they move to a [`Radix`] tree, and back once they are down to half.
+/// allocation); past that they move to a [`Radix`] tree, and back once the tree is empty.
 /// Every operation is bounded by the array's size or the tree's height, whatever the count.
 #[derive(Debug)]
 struct LevelMap {
@@ -287,7 +286,7 @@ impl LevelMap {
 		}
 	}
 
-	/// The level of `priority`, `NIL` if none.
+	/// The front group of `priority`'s level, `NIL` if none.
 	#[inline(always)]
 	fn get(&self, priority: i32) -> u32 {
 		if self.spilled {
@@ -377,7 +376,7 @@ impl LevelMap {
 		}
 	}
 
-	/// The highest priority present and its level.
+	/// The highest priority present and its value.
 	#[cfg(test)]
 	fn max(&self) -> Option<(i32, u32)> {
 		match self.spilled {
@@ -386,7 +385,7 @@ impl LevelMap {
 		}
 	}
 
-	/// The highest priority present below `priority` (present or not), and its level.
+	/// The highest priority present below `priority` (present or not), and its value.
 	#[inline(always)]
 	fn below(&self, priority: i32) -> Option<(i32, u32)> {
 		match self.spilled {
@@ -412,8 +411,9 @@ fn order_priority(key: u32) -> i32 {
 	(key ^ 0x8000_0000) as i32
 }
 
-/// A 64-ary radix tree over 32-bit keys, from key to level slot: a root for the top two bits,
-/// then five tiers of six bits, the last of them the leaves, whose children are the levels.
+/// A 64-ary radix tree over 32-bit keys, from key to value (a level's front group): a root for
+/// the top two bits, then five tiers of six bits, the last of them the leaves, whose children
+/// are the values.
 /// Each node has a bitmap of the children it has, so a child is read only where its bit is
 /// set, a freed node needs no clearing, and the highest child below a place is one
 /// `leading_zeros`. Nodes with no children are freed, so the tree holds only the paths to its
@@ -451,7 +451,7 @@ fn recent_slot(key: u32) -> usize {
 #[derive(Clone, Debug)]
 struct Node {
 	bits: u64,
-	/// Node slots below (the level slots, in a leaf); meaningful only where `bits` is set.
+	/// Node slots below (the values, in a leaf); meaningful only where `bits` is set.
 	child: [u32; 64],
 }
 
@@ -505,7 +505,7 @@ impl Radix {
 		node
 	}
 
-	/// The level of `key`, `NIL` if absent: from the cached leaf, else from `recent`, else by a
+	/// The value of `key`, `NIL` if absent: from the cached leaf, else from `recent`, else by a
 	/// walk.
 	#[inline(always)]
 	fn get(&self, key: u32) -> u32 {
@@ -533,7 +533,7 @@ impl Radix {
 		level
 	}
 
-	/// The level of `key` in its `leaf`, `NIL` if absent.
+	/// The value of `key` in its `leaf`, `NIL` if absent.
 	#[inline(always)]
 	fn level_in(&self, leaf: u32, key: u32) -> u32 {
 		let n = &self.nodes[leaf as usize];
@@ -705,7 +705,7 @@ impl Radix {
 		}
 	}
 
-	/// The highest key and its level.
+	/// The highest key and its value.
 	#[cfg(test)]
 	fn max(&self) -> Option<(u32, u32)> {
 		let root = self.nodes.first()?;
@@ -715,7 +715,7 @@ impl Radix {
 		Some(self.descend(0, highest(root.bits), RADIX_TIERS, 0))
 	}
 
-	/// The highest key below `key` (present or not) and its level.
+	/// The highest key below `key` (present or not) and its value.
 	#[inline(always)]
 	fn below(&self, key: u32) -> Option<(u32, u32)> {
 		let (leaf, prefix) = self.leaf.get();
@@ -763,7 +763,7 @@ impl Radix {
 	}
 
 	/// Follows the highest children from child `i` of `node` (of `tier`), whose key bits above
-	/// the tier are `above`, down to a key and its level.
+	/// the tier are `above`, down to a key and its value.
 	fn descend(&self, mut node: u32, mut i: usize, tier: u32, above: u32) -> (u32, u32) {
 		let mut key = above as u64 | ((i as u64) << (6 * tier));
 		for t in (0..tier).rev() {
