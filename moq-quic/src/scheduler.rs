@@ -95,11 +95,11 @@ use std::ops::{Index, IndexMut};
 /// The "no slot" link.
 const NIL: u32 = u32::MAX;
 
-/// Index of a send group in the scheduler's slab.
+/// Slot of a send group in the scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GroupId(u32);
 
-/// Index of a stream in the scheduler's slab.
+/// Slot of a stream in the scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StreamSlot(u32);
 
@@ -129,7 +129,7 @@ pub enum After {
 
 #[derive(Clone, Debug)]
 struct Group {
-	/// The level of its ring, when it is in one.
+	/// Its level's priority, in a ring or not.
 	priority: i32,
 	/// Ring neighbours (group slots); `next == NIL` exactly when the group is in no ring.
 	prev: u32,
@@ -181,7 +181,6 @@ impl Record for Stream {
 		self.prev
 	}
 }
-
 
 /// Records in a vector, addressed by `u32` slot, with freed slots reused last-in first-out.
 /// The free list is threaded through the free records themselves ([`Record`]), so freeing a
@@ -421,9 +420,8 @@ fn order_priority(key: u32) -> i32 {
 ///
 /// The leaf last reached is kept with its prefix. The session's priorities are mostly
 /// consecutive (a new group ranks next to the last), so most operations find their key's leaf
-/// there and touch one node (a level created and dropped costs some 80 instructions more than
-/// a group joining and leaving an existing one). Otherwise an operation walks the six tiers
-/// from the root, which is still independent of the number of keys.
+/// there and touch one node. Otherwise an operation walks the six tiers from the root, which is
+/// still independent of the number of keys.
 #[derive(Debug)]
 struct Radix {
 	/// `nodes[0]` is the root, once there is one.
@@ -433,11 +431,12 @@ struct Radix {
 	/// The leaf last reached, `NIL` if none (or freed since), and its keys' `key >> 6`. A
 	/// cell, so that lookups, which fill it, need no `&mut`.
 	leaf: Cell<(u32, u32)>,
-	/// Keys recently looked up and their leaves, direct-mapped by a hash of the key; an entry
-	/// goes when its key does (so a leaf is never freed under one). Levels of several subscriber
-	/// priorities on one connection differ in their high bits, so their lookups take turns
-	/// missing the leaf and walking six tiers: at 8 such levels a reprioritize cost 214
-	/// instructions without these entries, 157 with.
+	/// Keys recently reached by a walk (a lookup or a `set`) and their leaves, direct-mapped by
+	/// a hash of the key; an entry goes when its key does (so a leaf is never freed under one).
+	/// Levels of several subscriber priorities on one connection differ in their high bits, so
+	/// their lookups take turns missing the leaf and walking six tiers: at 8 such levels a
+	/// reprioritize cost 214 instructions without these entries and 157 with (when they held
+	/// levels; now 145, and 190 for a ring's front, which re-points the map too).
 	recent: [Cell<(u32, u32)>; RECENT],
 }
 
@@ -510,7 +509,7 @@ impl Radix {
 	#[inline(always)]
 	fn get(&self, key: u32) -> u32 {
 		match self.cached_leaf(key) {
-			Some(leaf) => self.level_in(leaf, key),
+			Some(leaf) => self.value_in(leaf, key),
 			None => self.get_uncached(key),
 		}
 	}
@@ -526,7 +525,7 @@ impl Radix {
 		if leaf == NIL {
 			return NIL;
 		}
-		let level = self.level_in(leaf, key);
+		let level = self.value_in(leaf, key);
 		if level != NIL {
 			recent.set((key, leaf));
 		}
@@ -535,7 +534,7 @@ impl Radix {
 
 	/// The value of `key` in its `leaf`, `NIL` if absent.
 	#[inline(always)]
-	fn level_in(&self, leaf: u32, key: u32) -> u32 {
+	fn value_in(&self, leaf: u32, key: u32) -> u32 {
 		let n = &self.nodes[leaf as usize];
 		let i = radix_index(key, 0);
 		if n.bits & (1 << i) == 0 {
@@ -789,8 +788,8 @@ pub struct Scheduler {
 	///
 	/// Dropping the highest level leaves it unknown rather than looking for the next one down:
 	/// in the session's pattern a newer group usually arrives above before the next `pick`
-	/// (and in the benchmark's retire and insert at the front, 35 instructions of 309 went to
-	/// that lookup; callgrind). `pick` looks it up when it needs it.
+	/// (leaving it unknown took the benchmark's retire and insert at the front from 309
+	/// instructions to 279; callgrind). `pick` looks it up when it needs it.
 	top: u32,
 	/// The priority of the highest level while `top != NIL`; otherwise a bound above every
 	/// level.
@@ -945,9 +944,11 @@ impl Scheduler {
 		let s = &mut streams[stream.0 as usize];
 		debug_assert!(s.group != FREE, "stream {} used after remove_stream", stream.0);
 		let (group, prev, next) = (s.group, s.prev, s.next);
+		// The group first: a stream removed twice (a free record's group is `FREE`) panics
+		// here, before the free list is touched.
+		let g = &mut self.groups.items[group as usize];
 		s.vacate(*free);
 		*free = stream.0;
-		let g = &mut self.groups.items[group as usize];
 		g.members -= 1;
 		if next != NIL {
 			// `dequeue` and `settle_dry`, with the slices at hand: calling them instead costs 33
@@ -1273,9 +1274,7 @@ impl Scheduler {
 			} else {
 				self.top = NIL;
 			}
-		} else if self.top_priority < priority
-			|| (self.top == NIL && self.top_priority == priority)
-		{
+		} else if self.top_priority < priority || (self.top == NIL && self.top_priority == priority) {
 			self.top = group;
 			self.top_priority = priority;
 		}
@@ -1298,17 +1297,26 @@ mod tests {
 	use super::*;
 
 	impl Scheduler {
-		/// Walks every ring, ready list, order entry and index entry and checks each link, count
-		/// and cached value.
+		/// Walks every ring, ready list, free list and level map entry and checks each link,
+		/// count, mark and cached value.
 		fn check(&self) {
+			// The checks below look levels up, which fills the map's caches: they are put back
+			// at the end, so that the next operation meets the caches it would have met.
+			let radix = &self.by_priority.radix;
+			let caches = (radix.leaf.get(), radix.recent.clone());
+			self.check_caches();
 			let live = |n: usize, free: &dyn Fn(u32) -> bool| (0..n as u32).filter(|&x| !free(x)).collect::<Vec<u32>>();
 			let groups = live(self.groups.items.len(), &|g| self.groups[g].members == FREE);
 			let streams = live(self.streams.items.len(), &|s| self.streams[s].group == FREE);
 			assert_eq!(
 				(groups.len(), streams.len()),
-				(self.groups(), self.streams()),
+				(
+					self.groups.items.len() - free_list(&self.groups, |g| g.members == FREE),
+					self.streams.items.len() - free_list(&self.streams, |s| s.group == FREE),
+				),
 				"free lists and free marks disagree"
 			);
+			assert_eq!((groups.len(), streams.len()), (self.groups(), self.streams()));
 			// The map walks its levels down from the top, each with the front of its ring.
 			let mut levels = Vec::new();
 			let mut next = self.by_priority.max();
@@ -1325,7 +1333,11 @@ mod tests {
 					assert!(priority < self.top_priority, "an unknown top below a level")
 				}
 				(top, Some(&(priority, head))) => {
-					assert_eq!((top, self.top_priority), (head, priority), "top is not the highest level")
+					assert_eq!(
+						(top, self.top_priority),
+						(head, priority),
+						"top is not the highest level"
+					)
 				}
 				(top, None) => panic!("top {top} with no level"),
 			}
@@ -1347,15 +1359,16 @@ mod tests {
 				}
 			}
 			assert_eq!(linked, groups.iter().filter(|&&g| self.groups[g].next != NIL).count());
-			assert!(groups.iter().all(|&g| self.groups[g].next != NIL || !self.groups[g].front));
+			assert!(
+				groups
+					.iter()
+					.all(|&g| self.groups[g].next != NIL || !self.groups[g].front)
+			);
 			let mut ready = 0;
 			for &slot in &groups {
 				let g = &self.groups[slot];
 				if g.deficit > 0 {
-					assert!(
-						g.front,
-						"a deficit off the front"
-					);
+					assert!(g.front, "a deficit off the front");
 				}
 				if g.first != NIL {
 					assert!(g.next != NIL, "group {slot} has ready streams but no ring");
@@ -1377,7 +1390,67 @@ mod tests {
 			}
 			assert_eq!(ready, self.ready);
 			assert_eq!(ready, streams.iter().filter(|&&s| self.streams[s].next != NIL).count());
+			radix.leaf.set(caches.0);
+			for (cell, saved) in radix.recent.iter().zip(caches.1) {
+				cell.set(saved.get());
+			}
 		}
+
+		/// The level map's shape and caches, read without filling them: the array is in use
+		/// exactly while the tree is empty, the cached leaf is the leaf of its prefix, and each
+		/// `recent` entry names a present key and its leaf.
+		fn check_caches(&self) {
+			let map = &self.by_priority;
+			let radix = &map.radix;
+			let root_bits = radix.nodes.first().map_or(0, |root| root.bits);
+			match map.spilled {
+				true => assert!(map.small_len == 0 && root_bits != 0, "a spilled map with an empty tree"),
+				false => assert_eq!(root_bits, 0, "keys in the tree while the array is in use"),
+			}
+			let path_leaf = |key: u32| {
+				let mut node = 0;
+				for tier in (1..=RADIX_TIERS).rev() {
+					let n = &radix.nodes[node as usize];
+					if n.bits & (1 << radix_index(key, tier)) == 0 {
+						return NIL;
+					}
+					node = n.child[radix_index(key, tier)];
+				}
+				node
+			};
+			let (leaf, prefix) = radix.leaf.get();
+			if leaf != NIL {
+				assert_eq!(path_leaf(prefix << 6), leaf, "the cached leaf is not its prefix's");
+			}
+			for entry in &radix.recent {
+				let (key, leaf) = entry.get();
+				if leaf != NIL {
+					assert_eq!(path_leaf(key), leaf, "a recent entry with another leaf");
+					assert!(
+						radix.nodes[leaf as usize].bits & (1 << radix_index(key, 0)) != 0,
+						"a recent entry for an absent key"
+					);
+				}
+			}
+		}
+	}
+
+	/// The length of a slot vector's free list, checking that it holds only free records and
+	/// no slot twice.
+	fn free_list<T: Record>(slots: &Slots<T>, is_free: impl Fn(&T) -> bool) -> usize {
+		let mut seen = vec![false; slots.items.len()];
+		let (mut at, mut len) = (slots.free, 0);
+		while at != NIL {
+			assert!(!seen[at as usize], "the free list comes back to {at}");
+			seen[at as usize] = true;
+			assert!(
+				is_free(&slots.items[at as usize]),
+				"slot {at} is on the free list and in use"
+			);
+			len += 1;
+			at = slots.items[at as usize].next_free();
+		}
+		len
 	}
 
 	/// `n` picks, each writing its whole allowance and staying ready: the order of the rings.
@@ -1903,8 +1976,11 @@ mod tests {
 		/// With `many`, mostly a level per group (the session's pattern, which works the order);
 		/// otherwise mostly a few shared levels (rings of several groups); sometimes anywhere.
 		fn priority(&mut self, many: bool) -> i32 {
-			match (self.below(8), many) {
-				(0, _) => self.next() as i32,
+			match (self.below(16), many) {
+				(0 | 1, _) => self.next() as i32,
+				// The ends of the range: the lazily found highest level is bounded by
+				// `i32::MIN` when there is none, and `i32::MAX` is the key `NIL` in the tree.
+				(2, _) => [i32::MIN, i32::MIN + 1, i32::MAX - 1, i32::MAX][self.below(4)],
 				(_, true) => self.below(400) as i32 - 200,
 				(_, false) => self.below(5) as i32 - 2,
 			}
@@ -2042,9 +2118,10 @@ mod tests {
 	}
 
 	/// The level map against a sorted map: random adds and removes over dense, sparse and
-	/// extreme priorities; after each, the level of the key touched, the maximum and the next
-	/// one below every probe agree, the keys are in the array exactly when there are few of
-	/// them, and emptied, the tree holds no node but its root.
+	/// extreme priorities; after each, the value of the key touched, the maximum and the next
+	/// one below every probe agree, the keys are in the array only when there are few of them
+	/// (and in the tree only while it holds some), and emptied, the tree holds no node but its
+	/// root.
 	#[test]
 	fn the_level_map_agrees_with_a_sorted_map() {
 		let mut map = LevelMap::new();
@@ -2089,11 +2166,26 @@ mod tests {
 				(false, _) => (((r >> 8) % 3) as i32) << 23 | ((r >> 16) % 300) as i32,
 			};
 			assert_eq!(map.get(priority), reference.get(&priority).copied().unwrap_or(NIL));
-			if reference.insert(priority, step).is_none() {
-				map.insert(priority, step);
-			} else {
-				reference.remove(&priority);
-				map.remove(priority);
+			// Mostly an add of an absent key or a remove of a present one; one in five goes
+			// through `get_or_insert` instead, and a present key then gets a new value (`set`).
+			match (reference.get(&priority).copied(), next() % 5) {
+				(None, 0) => {
+					assert_eq!(map.get_or_insert(priority, step), NIL);
+					reference.insert(priority, step);
+				}
+				(None, _) => {
+					map.insert(priority, step);
+					reference.insert(priority, step);
+				}
+				(Some(value), 0) => {
+					assert_eq!(map.get_or_insert(priority, step), value);
+					map.set(priority, step);
+					reference.insert(priority, step);
+				}
+				(Some(_), _) => {
+					reference.remove(&priority);
+					map.remove(priority);
+				}
 			}
 			assert_eq!(map.get(priority), reference.get(&priority).copied().unwrap_or(NIL));
 			assert_eq!(map.len(), reference.len());
