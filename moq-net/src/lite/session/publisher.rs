@@ -382,11 +382,15 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let mut info = None;
 	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
 	loop {
+		// The cursor first: a group that is ready is taken without a look at the request
+		// stream, which is read whenever no group is (so a parked subscription waits on both).
+		// Reading it first cost a stream poll more per group per subscriber, and an update or
+		// the FIN still comes through as soon as the groups already queued have been started.
 		let event = kio::wait(|waiter| {
-			if let Poll::Ready(update) = reader.poll_decode::<SubscribeUpdate>(waiter) {
-				return Poll::Ready(SubscribeEvent::Update(update));
+			if let Poll::Ready(group) = cursor.poll_recv_group(waiter) {
+				return Poll::Ready(SubscribeEvent::Group(group));
 			}
-			cursor.poll_recv_group(waiter).map(SubscribeEvent::Group)
+			reader.poll_decode::<SubscribeUpdate>(waiter).map(SubscribeEvent::Update)
 		})
 		.await;
 		match event {
