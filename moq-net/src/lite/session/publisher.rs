@@ -4,11 +4,11 @@
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
+use std::task::{Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kio::JoinHandle;
+use kio::{JoinHandle, Waiter};
 
 use super::budget::{Budget, Resource};
 use super::io::{self, Reader, Sending};
@@ -23,7 +23,7 @@ use crate::model::{
 	self, BroadcastConsumer, GroupConsumer, Origin, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo,
 	Update,
 };
-use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
+use crate::transport::{RecvStream, SendStream, Transport, TransportExt};
 
 /// Accepts the peer's bidirectional streams and serves each in its own task.
 pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, publish: Option<OriginConsumer>) {
@@ -282,18 +282,21 @@ impl InFlight {
 		}
 	}
 
-	fn push(&mut self, now: Instant, max_age: Duration, task: JoinHandle<()>, budget: &Budget) {
+	/// A new group: it supersedes the newest in flight, and joins them if it is still being
+	/// served (`task`; a group served in place is not in flight).
+	fn push(&mut self, now: Instant, max_age: Duration, task: Option<JoinHandle<()>>, budget: &Budget) {
 		if let Some((superseded, _)) = self.tasks.back_mut() {
 			superseded.get_or_insert(now);
 		}
 		// Finished groups leave from the front; one that is still in flight at the front while
 		// later ones finished is the oldest, the one to reset when the limit is reached. O(1) per
 		// group, amortised: no walk of the queue.
+		let room = usize::from(task.is_some());
 		while let Some((superseded, oldest)) = self.tasks.front() {
 			let stale = superseded.is_some_and(|at| now.duration_since(at) > max_age);
 			if oldest.is_finished() {
 				self.tasks.pop_front();
-			} else if self.tasks.len() >= self.limit || stale {
+			} else if self.tasks.len() + room > self.limit || stale {
 				oldest.abort();
 				budget.refused();
 				self.tasks.pop_front();
@@ -301,7 +304,9 @@ impl InFlight {
 				break;
 			}
 		}
-		self.tasks.push_back((None, task));
+		if let Some(task) = task {
+			self.tasks.push_back((None, task));
+		}
 	}
 
 	/// Waits for the groups in flight to be sent, for at most `limit`; the rest are reset.
@@ -390,7 +395,9 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 			if let Poll::Ready(group) = cursor.poll_recv_group(waiter) {
 				return Poll::Ready(SubscribeEvent::Group(group));
 			}
-			reader.poll_decode::<SubscribeUpdate>(waiter).map(SubscribeEvent::Update)
+			reader
+				.poll_decode::<SubscribeUpdate>(waiter)
+				.map(SubscribeEvent::Update)
 		})
 		.await;
 		match event {
@@ -415,14 +422,10 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				// Known by the time a group arrives (a requested track's info comes first), and
 				// fixed for the track's life: read once, not under the track's lock per group.
 				let info = *info.get_or_insert_with(|| cursor.info());
-				let task = kio::spawn(serve_group(
-					inner.clone(),
-					request.id,
-					group,
-					priority,
-					info.timescale,
-					version,
-				));
+				let mut stream = GroupStream::new(inner.clone(), request.id, group, priority, info.timescale, version);
+				// Served in place if it can be (see `GroupStream`); a task only for the rest.
+				let served = kio::wait(|waiter| Poll::Ready(stream.poll(waiter).is_ready())).await;
+				let task = (!served).then(|| kio::spawn(stream.serve()));
 				groups.push(kio::time::now(), info.latency_max, task, &inner.budget);
 			}
 			SubscribeEvent::Group(Ok(None)) => {
@@ -470,58 +473,105 @@ fn apply_update(cursor: &mut TrackConsumer, subscription: &mut Subscription, upd
 }
 
 /// One group on its own uni stream: header, then frames as they are written, then FIN.
-async fn serve_group<T: Transport + 'static>(
+///
+/// A state machine polled by whichever task serves it, rather than an `async fn` in a task of
+/// its own: the subscription polls it once in place, and a group that is complete by then (the
+/// live case: a one-frame group whose frame came in the same packet as its header) is handed to
+/// the transport with no task at all. Only a group that has to wait (for stream credit, for
+/// frames still to come, for room in the stream's queue) gets a task ([`GroupStream::serve`]).
+/// The in-place poll leaves the subscription's waiter on whatever it waited for, which costs
+/// it at most a spurious wake. A task per group cost 1,330 instructions per group per
+/// subscriber (12,683 against 11,353; callgrind, session fan-out at 512 subscribers): the
+/// spawn, the task's own polls and its join handle.
+struct GroupStream<T: Transport> {
 	inner: Rc<Inner<T>>,
 	subscribe_id: u64,
-	mut group: GroupConsumer,
+	group: GroupConsumer,
 	priority: i32,
-	timescale: u64,
-	version: Version,
-) {
-	// Only a gauge (the limit is per subscription, in `InFlight`): nothing to count without one.
-	let _in_flight = inner
-		.config
-		.counters
-		.is_some()
-		.then(|| inner.budget.hold(Resource::GroupsInFlight));
-	let Ok(mut send) = inner.transport.open_uni().await else {
-		return;
-	};
-	send.set_priority(priority);
-	let mut send = Sending::new(send);
-	let header = GroupHeader {
-		subscribe_id,
-		sequence: group.sequence(),
-	};
-	// An unencodable header resets the stream at once, uncounted, rather than at the first frame.
-	// The check encodes it into the scratch (some 20 bytes); the first chunk encodes it again.
-	if HEADS
-		.with_borrow_mut(|heads| {
-			heads.clear();
-			encode_group(&header, heads)
-		})
-		.is_err()
-	{
-		send.reset(ErrorCode::Encode.code());
-		return;
+	/// The stream, once opened.
+	send: Option<Sending<T::SendHalf>>,
+	frames: FrameWriter,
+}
+
+impl<T: Transport + 'static> GroupStream<T> {
+	fn new(
+		inner: Rc<Inner<T>>,
+		subscribe_id: u64,
+		group: GroupConsumer,
+		priority: i32,
+		timescale: u64,
+		version: Version,
+	) -> Self {
+		let header = GroupHeader {
+			subscribe_id,
+			sequence: group.sequence(),
+		};
+		Self {
+			inner,
+			subscribe_id,
+			group,
+			priority,
+			send: None,
+			frames: FrameWriter::new(timescale, Some(header), version),
+		}
 	}
-	if let Some(counters) = inner.config.counters.as_deref() {
-		counters.groups_out.fetch_add(1, Ordering::Relaxed);
+
+	/// Serves the rest of the group in a task of its own.
+	async fn serve(mut self) {
+		// Only a gauge (the limit is per subscription, in `InFlight`): nothing to count without
+		// one. A group served in place is never in flight.
+		let _in_flight = self
+			.inner
+			.config
+			.counters
+			.is_some()
+			.then(|| self.inner.budget.hold(Resource::GroupsInFlight));
+		kio::wait(|waiter| self.poll(waiter)).await;
 	}
-	if let Err(err) = write_frames(
-		&mut send,
-		&mut group,
-		timescale,
-		Some(header),
-		inner.config.counters.as_deref(),
-		version,
-	)
-	.await
-	{
-		send.reset(err.code());
-		return;
+
+	/// Ready once the group is served: finished, reset, or dropped for want of a stream. Not to
+	/// be polled again after that.
+	fn poll(&mut self, waiter: &Waiter) -> Poll<()> {
+		let send = match &mut self.send {
+			Some(send) => send,
+			None => {
+				let Ok(mut send) = ready!(self.inner.transport.poll_open_uni(waiter)) else {
+					return Poll::Ready(());
+				};
+				send.set_priority(self.priority);
+				let mut send = Sending::new(send);
+				let header = GroupHeader {
+					subscribe_id: self.subscribe_id,
+					sequence: self.group.sequence(),
+				};
+				// An unencodable header resets the stream at once, uncounted, rather than at the
+				// first frame. The check encodes it into the scratch (some 20 bytes); the first
+				// chunk encodes it again.
+				if HEADS
+					.with_borrow_mut(|heads| {
+						heads.clear();
+						encode_group(&header, heads)
+					})
+					.is_err()
+				{
+					send.reset(ErrorCode::Encode.code());
+					return Poll::Ready(());
+				}
+				if let Some(counters) = self.inner.config.counters.as_deref() {
+					counters.groups_out.fetch_add(1, Ordering::Relaxed);
+				}
+				self.send.insert(send)
+			}
+		};
+		let counters = self.inner.config.counters.as_deref();
+		match ready!(self.frames.poll(waiter, &mut send.send, &mut self.group, counters)) {
+			Ok(()) => {
+				let _ = send.finish();
+			}
+			Err(err) => send.reset(err.code()),
+		}
+		Poll::Ready(())
 	}
-	let _ = send.finish();
 }
 
 /// Frames up to this size travel in one chunk with their header: copying them (a few hundred
@@ -568,48 +618,86 @@ fn chunk(
 }
 
 /// Writes a group's frames (timestamps as deltas in `timescale`) until it ends, with the stream
-/// type and `header` (if any) in front of the first frame's header.
-async fn write_frames<S: SendStream>(
-	send: &mut Sending<S>,
-	group: &mut GroupConsumer,
+/// type and `header` (if any) in front of the first frame's header; a group without frames
+/// still sends its header.
+struct FrameWriter {
 	timescale: u64,
-	mut header: Option<GroupHeader>,
-	counters: Option<&Counters>,
 	version: Version,
-) -> Result<(), SessionError> {
-	let mut last = 0i64;
-	while let Some(frame) = group.read_frame().await.map_err(SessionError::Model)? {
-		let stamp = if frame.timestamp.timescale == timescale {
-			frame.timestamp.value
-		} else {
-			frame.timestamp.rescale(timescale).map_or(0, |stamp| stamp.value)
-		};
-		let stamp = stamp.min(i64::MAX as u64) as i64;
-		let frame_header = FrameHeader {
-			timestamp_delta: stamp - last,
-			size: frame.payload.len() as u64,
-		};
-		last = stamp;
-		let group_header = header.take();
-		let size = frame.payload.len();
-		if size <= COALESCE_MAX {
-			let chunk = chunk(group_header.as_ref(), Some(&frame_header), &frame.payload, version)?;
-			send.send.write(chunk).await.map_err(SessionError::Transport)?;
-		} else {
-			let head = chunk(group_header.as_ref(), Some(&frame_header), &[], version)?;
-			send.send.write(head).await.map_err(SessionError::Transport)?;
-			send.send.write(frame.payload).await.map_err(SessionError::Transport)?;
-		}
-		if let Some(counters) = counters {
-			counters.bytes_out.fetch_add(size as u64, Ordering::Relaxed);
+	/// The group's header, until it has gone out in front of the first frame.
+	header: Option<GroupHeader>,
+	/// The previous frame's timestamp, for the next delta.
+	last: i64,
+	/// Encoded and not yet taken by the stream: a chunk, then a large frame's payload after its
+	/// header; and the payload bytes they carry, counted once the stream has taken them.
+	writing: Option<Bytes>,
+	then: Option<Bytes>,
+	bytes: u64,
+}
+
+impl FrameWriter {
+	fn new(timescale: u64, header: Option<GroupHeader>, version: Version) -> Self {
+		Self {
+			timescale,
+			version,
+			header,
+			last: 0,
+			writing: None,
+			then: None,
+			bytes: 0,
 		}
 	}
-	if let Some(header) = header {
-		// A group without frames still sends its header.
-		let head = chunk(Some(&header), None, &[], version)?;
-		send.send.write(head).await.map_err(SessionError::Transport)?;
+
+	/// Ready when the group has ended and everything is written, or on the first error.
+	fn poll<S: SendStream>(
+		&mut self,
+		waiter: &Waiter,
+		send: &mut S,
+		group: &mut GroupConsumer,
+		counters: Option<&Counters>,
+	) -> Poll<Result<(), SessionError>> {
+		loop {
+			while let Some(data) = &mut self.writing {
+				ready!(send.poll_write(waiter, data)).map_err(SessionError::Transport)?;
+				self.writing = self.then.take();
+			}
+			if let Some(counters) = counters.filter(|_| self.bytes > 0) {
+				counters.bytes_out.fetch_add(self.bytes, Ordering::Relaxed);
+			}
+			self.bytes = 0;
+			let Some(frame) = ready!(group.poll_read_frame(waiter)).map_err(SessionError::Model)? else {
+				let Some(header) = self.header.take() else {
+					return Poll::Ready(Ok(()));
+				};
+				self.writing = Some(chunk(Some(&header), None, &[], self.version)?);
+				continue;
+			};
+			let stamp = if frame.timestamp.timescale == self.timescale {
+				frame.timestamp.value
+			} else {
+				frame.timestamp.rescale(self.timescale).map_or(0, |stamp| stamp.value)
+			};
+			let stamp = stamp.min(i64::MAX as u64) as i64;
+			let frame_header = FrameHeader {
+				timestamp_delta: stamp - self.last,
+				size: frame.payload.len() as u64,
+			};
+			self.last = stamp;
+			let group_header = self.header.take();
+			let size = frame.payload.len();
+			if size <= COALESCE_MAX {
+				self.writing = Some(chunk(
+					group_header.as_ref(),
+					Some(&frame_header),
+					&frame.payload,
+					self.version,
+				)?);
+			} else {
+				self.writing = Some(chunk(group_header.as_ref(), Some(&frame_header), &[], self.version)?);
+				self.then = Some(frame.payload);
+			}
+			self.bytes = size as u64;
+		}
 	}
-	Ok(())
 }
 
 async fn fetch<S: SendStream, R: RecvStream>(
@@ -624,7 +712,8 @@ async fn fetch<S: SendStream, R: RecvStream>(
 	let mut group = track
 		.get_group(request.group)
 		.ok_or(SessionError::Model(model::Error::NotFound))?;
-	write_frames(send, &mut group, info.timescale, None, None, Version::Lite05).await?;
+	let mut frames = FrameWriter::new(info.timescale, None, Version::Lite05);
+	kio::wait(|waiter| frames.poll(waiter, &mut send.send, &mut group, None)).await?;
 	send.finish()
 }
 
@@ -674,7 +763,7 @@ mod tests {
 			let mut flight = InFlight::new(64);
 			let start = kio::time::now();
 			let later = |secs| start + Duration::from_secs(secs);
-			let pending = || kio::spawn(std::future::pending::<()>());
+			let pending = || Some(kio::spawn(std::future::pending::<()>()));
 			flight.push(start, Duration::from_secs(10), pending(), &budget);
 			// A minute later the next group comes: the first is superseded now, not stale.
 			flight.push(later(60), Duration::from_secs(10), pending(), &budget);
@@ -688,6 +777,19 @@ mod tests {
 				capped.push(start, Duration::from_secs(10), pending(), &budget);
 			}
 			assert_eq!(capped.tasks.len(), 2);
+			// A group served in place takes no room, so it resets nothing at the limit, but it
+			// supersedes the newest in flight like any other, which then ages out.
+			capped.push(start, Duration::from_secs(10), None, &budget);
+			assert_eq!(capped.tasks.len(), 2, "room is made only for a group in flight");
+			assert!(capped.tasks.back().is_some_and(|(superseded, _)| superseded.is_some()));
+			let mut aging = InFlight::new(64);
+			aging.push(start, Duration::from_secs(10), pending(), &budget);
+			aging.push(later(60), Duration::from_secs(10), None, &budget);
+			aging.push(later(71), Duration::from_secs(10), None, &budget);
+			assert!(
+				aging.tasks.is_empty(),
+				"superseded by a group served in place, and stale"
+			);
 		});
 	}
 
