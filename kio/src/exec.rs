@@ -785,7 +785,7 @@ fn worker_main(
 pub fn spawn<F: Future + 'static>(future: F) -> JoinHandle<F::Output> {
 	// The core is fetched first and the future passed straight down: moved through the closures
 	// of `expect_core`, a future was copied four times before reaching its task (a MoQ relay
-	// spawns a task per group per subscriber; ~450 instructions of memcpy each, callgrind).
+	// then spawned a task per group per subscriber; ~450 instructions of memcpy each, callgrind).
 	let core = with_core(Rc::clone).unwrap_or_else(|| panic!("kio::spawn called outside a kio worker"));
 	core.spawn(future)
 }

@@ -5,6 +5,7 @@
 //! sessions with their own local origins. Every wait is on the model or the transport; the
 //! nextest timeout turns a lost wake into a failure.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use moq_net::lite::{ControlType, DataType, FrameHeader, GroupHeader, Setup, Subs
 use moq_net::model::{Origin, TrackConsumer};
 use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::memory::{self, Memory};
-use moq_net::transport::{RecvStream, RecvStreamExt, SendStream, SendStreamExt, TransportExt};
+use moq_net::transport::{RecvStream, RecvStreamExt, SendStream, SendStreamExt, Transport, TransportExt};
 use moq_net::{BroadcastProducer, Path, Subscription, TrackProducer};
 
 const RELAY_ID: u64 = 100;
@@ -822,4 +823,74 @@ fn an_update_that_keeps_the_start_sends_nothing_twice() {
 		publish(&track, 3);
 		assert_eq!(next_group_stream(&raw).await, 3, "the new group, not an old one again");
 	});
+}
+
+#[test]
+fn an_update_behind_a_backlog_of_cached_groups_is_read_within_sixteen_groups() {
+	// Found in review: once a subscription took a ready group before looking at its request
+	// stream, a backlog of cached groups kept the cursor ready, and a SUBSCRIBE_UPDATE (or the
+	// FIN) waited behind every one of them: here, all 100 groups went out before the update's end
+	// of group 20 was read. The request stream is now read after at most 16 groups in a row.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
+		for seq in 0..100 {
+			publish(&track, seq);
+		}
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		let subscribe = Subscribe {
+			start: Some(0),
+			..test_support::subscribe(1, "bbb", "video")
+		};
+		let update = moq_net::lite::SubscribeUpdate {
+			priority: 0,
+			ordered: false,
+			latency_max: Duration::ZERO,
+			start: Some(0),
+			end: Some(20),
+		};
+		// Both in one write: the update is there before the relay takes its first group.
+		let mut bytes = typed(u64::from(ControlType::Subscribe), &subscribe);
+		update.encode(&mut bytes);
+		let (_send, _recv) = send_bi(&raw, bytes, false).await;
+		// Group streams as they come, until group 20's; then every stream opened by then. The
+		// relay takes a run of ready groups in one poll, so without the bound all 100 would
+		// be open by the time group 20's is read.
+		let mut sequences = Vec::new();
+		while !sequences.contains(&20) {
+			let mut stream = raw.accept_uni().await.unwrap();
+			sequences.extend(group_sequence(&mut stream).await);
+		}
+		let opened = |waiter: &kio::Waiter| match raw.poll_accept_uni(waiter) {
+			Poll::Ready(Ok(stream)) => Poll::Ready(Some(stream)),
+			_ => Poll::Ready(None),
+		};
+		while let Some(mut stream) = kio::wait(opened).await {
+			sequences.extend(group_sequence(&mut stream).await);
+		}
+		sequences.sort_unstable();
+		assert_eq!(
+			sequences,
+			(0..=20).collect::<Vec<u64>>(),
+			"up to the update's end, and no further"
+		);
+	});
+}
+
+/// The group sequence of a uni stream the relay opened, if it is a group stream.
+async fn group_sequence(recv: &mut memory::MemoryRecv) -> Option<u64> {
+	let mut bytes = Vec::new();
+	loop {
+		let mut buf = bytes.as_slice();
+		match <DataType as moq_net::coding::Decode>::decode(&mut buf) {
+			Ok(DataType::Group) => {
+				if let Ok(header) = <GroupHeader as moq_net::coding::Decode>::decode(&mut buf) {
+					return Some(header.sequence);
+				}
+			}
+			Ok(_) => return None,
+			Err(_) => {}
+		}
+		bytes.extend_from_slice(&recv.read().await.unwrap()?);
+	}
 }

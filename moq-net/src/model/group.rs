@@ -294,6 +294,11 @@ impl GroupConsumer {
 		kio::wait(|waiter| self.poll_read_frame(waiter)).await
 	}
 
+	/// Whether the group has ended (finished or aborted): every frame it will have is here.
+	pub fn is_ended(&self) -> bool {
+		self.state.lock().end.is_some()
+	}
+
 	/// Ready when the group has ended.
 	pub fn poll_finished(&self, waiter: &Waiter) -> Poll<Result<(), Error>> {
 		let mut state = self.state.lock();

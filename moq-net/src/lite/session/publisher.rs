@@ -282,21 +282,17 @@ impl InFlight {
 		}
 	}
 
-	/// A new group: it supersedes the newest in flight, and joins them if it is still being
-	/// served (`task`; a group served in place is not in flight).
-	fn push(&mut self, now: Instant, max_age: Duration, task: Option<JoinHandle<()>>, budget: &Budget) {
+	/// A new group arrived: it supersedes the newest in flight. Finished groups leave from the
+	/// front, and a stale one there is reset. O(1) per group, amortised: no walk of the queue.
+	fn supersede(&mut self, now: Instant, max_age: Duration, budget: &Budget) {
 		if let Some((superseded, _)) = self.tasks.back_mut() {
 			superseded.get_or_insert(now);
 		}
-		// Finished groups leave from the front; one that is still in flight at the front while
-		// later ones finished is the oldest, the one to reset when the limit is reached. O(1) per
-		// group, amortised: no walk of the queue.
-		let room = usize::from(task.is_some());
 		while let Some((superseded, oldest)) = self.tasks.front() {
 			let stale = superseded.is_some_and(|at| now.duration_since(at) > max_age);
 			if oldest.is_finished() {
 				self.tasks.pop_front();
-			} else if self.tasks.len() + room > self.limit || stale {
+			} else if stale {
 				oldest.abort();
 				budget.refused();
 				self.tasks.pop_front();
@@ -304,9 +300,21 @@ impl InFlight {
 				break;
 			}
 		}
-		if let Some(task) = task {
-			self.tasks.push_back((None, task));
+	}
+
+	/// A group served by a task of its own. At the limit, the oldest (the front: one still in
+	/// flight there while later ones finished is the oldest) is reset to make room.
+	fn push(&mut self, task: JoinHandle<()>, budget: &Budget) {
+		while self.tasks.len() >= self.limit {
+			let Some((_, oldest)) = self.tasks.pop_front() else {
+				break;
+			};
+			if !oldest.is_finished() {
+				oldest.abort();
+				budget.refused();
+			}
 		}
+		self.tasks.push_back((None, task));
 	}
 
 	/// Waits for the groups in flight to be sent, for at most `limit`; the rest are reset.
@@ -386,18 +394,31 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let mut first = None;
 	let mut info = None;
 	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
+	// Groups taken from a cursor that has stayed ready since the request stream was last read.
+	let mut taken = 0;
 	loop {
 		// The cursor first: a group that is ready is taken without a look at the request
 		// stream, which is read whenever no group is (so a parked subscription waits on both).
-		// Reading it first cost a stream poll more per group per subscriber, and an update or
-		// the FIN still comes through as soon as the groups already queued have been started.
+		// Reading it first cost a stream poll more per group per subscriber. A cursor that
+		// stays ready (a backlog of cached groups) has the stream read first after every
+		// `UPDATES_AFTER` groups, so an update or the FIN waits for that many at most.
 		let event = kio::wait(|waiter| {
-			if let Poll::Ready(group) = cursor.poll_recv_group(waiter) {
+			let stream_first = taken >= UPDATES_AFTER;
+			if !stream_first && let Poll::Ready(group) = cursor.poll_recv_group(waiter) {
+				taken += 1;
 				return Poll::Ready(SubscribeEvent::Group(group));
 			}
-			reader
-				.poll_decode::<SubscribeUpdate>(waiter)
-				.map(SubscribeEvent::Update)
+			taken = 0;
+			if let Poll::Ready(update) = reader.poll_decode::<SubscribeUpdate>(waiter) {
+				return Poll::Ready(SubscribeEvent::Update(update));
+			}
+			match stream_first {
+				true => cursor.poll_recv_group(waiter).map(|group| {
+					taken = 1;
+					SubscribeEvent::Group(group)
+				}),
+				false => Poll::Pending,
+			}
 		})
 		.await;
 		match event {
@@ -422,11 +443,17 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				// Known by the time a group arrives (a requested track's info comes first), and
 				// fixed for the track's life: read once, not under the track's lock per group.
 				let info = *info.get_or_insert_with(|| cursor.info());
+				groups.supersede(kio::time::now(), info.latency_max, &inner.budget);
 				let mut stream = GroupStream::new(inner.clone(), request.id, group, priority, info.timescale, version);
-				// Served in place if it can be (see `GroupStream`); a task only for the rest.
-				let served = kio::wait(|waiter| Poll::Ready(stream.poll(waiter).is_ready())).await;
-				let task = (!served).then(|| kio::spawn(stream.serve()));
-				groups.push(kio::time::now(), info.latency_max, task, &inner.budget);
+				// In place only a group that has all its frames, and only while none of this
+				// subscription's groups is in flight: one waiting for stream credit was first and
+				// opens first (see `GroupStream`).
+				let served = groups.tasks.is_empty()
+					&& stream.group.is_ended()
+					&& kio::wait(|waiter| Poll::Ready(stream.poll(waiter).is_ready())).await;
+				if !served {
+					groups.push(kio::spawn(stream.serve()), &inner.budget);
+				}
 			}
 			SubscribeEvent::Group(Ok(None)) => {
 				let end = cursor.finished().await.map_err(SessionError::Model)?;
@@ -472,15 +499,21 @@ fn apply_update(cursor: &mut TrackConsumer, subscription: &mut Subscription, upd
 	}
 }
 
+/// Groups a subscription takes from a cursor that stays ready before it reads its request
+/// stream first (see `subscribe`).
+const UPDATES_AFTER: u32 = 16;
+
 /// One group on its own uni stream: header, then frames as they are written, then FIN.
 ///
 /// A state machine polled by whichever task serves it, rather than an `async fn` in a task of
-/// its own: the subscription polls it once in place, and a group that is complete by then (the
-/// live case: a one-frame group whose frame came in the same packet as its header) is handed to
-/// the transport with no task at all. Only a group that has to wait (for stream credit, for
-/// frames still to come, for room in the stream's queue) gets a task ([`GroupStream::serve`]).
-/// The in-place poll leaves the subscription's waiter on whatever it waited for, which costs
-/// it at most a spurious wake. A task per group cost 1,330 instructions per group per
+/// its own: a group that has ended by the time its subscription takes it (a one-frame group
+/// whose frame and end came with its header, as a live audio track's or the benchmark's do) is
+/// polled once in place and, with stream credit and room in the stream's queue, handed to the
+/// transport with no task at all. Any other group gets a task ([`GroupStream::serve`]), and so
+/// does one whose in-place poll had to wait; that poll leaves the subscription's waiter on the
+/// stream credit or the stream's queue, a spurious wake at most. A group still being written
+/// is not polled in place: the subscription would sit on its frame list and wake with every
+/// next frame's writer. A task per group cost 1,330 instructions per group per
 /// subscriber (12,683 against 11,353; callgrind, session fan-out at 512 subscribers): the
 /// spawn, the task's own polls and its join handle.
 struct GroupStream<T: Transport> {
@@ -763,33 +796,36 @@ mod tests {
 			let mut flight = InFlight::new(64);
 			let start = kio::time::now();
 			let later = |secs| start + Duration::from_secs(secs);
-			let pending = || Some(kio::spawn(std::future::pending::<()>()));
-			flight.push(start, Duration::from_secs(10), pending(), &budget);
+			let pending = || kio::spawn(std::future::pending::<()>());
+			let arrive = |flight: &mut InFlight, at| flight.supersede(at, Duration::from_secs(10), &budget);
+			arrive(&mut flight, start);
+			flight.push(pending(), &budget);
 			// A minute later the next group comes: the first is superseded now, not stale.
-			flight.push(later(60), Duration::from_secs(10), pending(), &budget);
+			arrive(&mut flight, later(60));
+			flight.push(pending(), &budget);
 			assert_eq!(flight.tasks.len(), 2, "kept: superseded a moment ago");
 			// Eleven seconds after that, the first has been superseded longer than the latency.
-			flight.push(later(71), Duration::from_secs(10), pending(), &budget);
-			assert_eq!(flight.tasks.len(), 2, "the stale one is reset");
+			arrive(&mut flight, later(71));
+			assert_eq!(
+				flight.tasks.len(),
+				1,
+				"the stale one is reset as the next group arrives"
+			);
+			flight.push(pending(), &budget);
 			// The count limit resets the oldest still in flight.
 			let mut capped = InFlight::new(2);
 			for _ in 0..5 {
-				capped.push(start, Duration::from_secs(10), pending(), &budget);
+				arrive(&mut capped, start);
+				capped.push(pending(), &budget);
 			}
 			assert_eq!(capped.tasks.len(), 2);
-			// A group served in place takes no room, so it resets nothing at the limit, but it
+			// A group served in place (it arrives, and is not pushed) takes no room, but it
 			// supersedes the newest in flight like any other, which then ages out.
-			capped.push(start, Duration::from_secs(10), None, &budget);
+			arrive(&mut capped, start);
 			assert_eq!(capped.tasks.len(), 2, "room is made only for a group in flight");
 			assert!(capped.tasks.back().is_some_and(|(superseded, _)| superseded.is_some()));
-			let mut aging = InFlight::new(64);
-			aging.push(start, Duration::from_secs(10), pending(), &budget);
-			aging.push(later(60), Duration::from_secs(10), None, &budget);
-			aging.push(later(71), Duration::from_secs(10), None, &budget);
-			assert!(
-				aging.tasks.is_empty(),
-				"superseded by a group served in place, and stale"
-			);
+			arrive(&mut capped, later(11));
+			assert!(capped.tasks.is_empty(), "both superseded longer than the latency ago");
 		});
 	}
 
