@@ -513,8 +513,8 @@ const UPDATES_AFTER: u32 = 16;
 /// does one whose in-place poll had to wait; that poll leaves the subscription's waiter on the
 /// stream credit or the stream's queue, a spurious wake at most. A group still being written
 /// is not polled in place: the subscription would sit on its frame list and wake with every
-/// next frame's writer. A task per group cost 1,330 instructions per group per
-/// subscriber (12,683 against 11,353; callgrind, session fan-out at 512 subscribers): the
+/// next frame's writer. A task per one-frame group cost 1,173 instructions per group per
+/// subscriber (12,683 against 11,510; callgrind, session fan-out at 512 subscribers): the
 /// spawn, the task's own polls and its join handle.
 struct GroupStream<T: Transport> {
 	inner: Rc<Inner<T>>,
