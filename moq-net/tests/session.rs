@@ -763,22 +763,8 @@ fn a_peer_with_nothing_to_publish_announces_an_empty_set() {
 async fn next_group_stream(raw: &Memory) -> u64 {
 	loop {
 		let mut recv = raw.accept_uni().await.unwrap();
-		let mut bytes = Vec::new();
-		loop {
-			let mut buf = bytes.as_slice();
-			match <DataType as moq_net::coding::Decode>::decode(&mut buf) {
-				Ok(DataType::Group) => {
-					if let Ok(header) = <GroupHeader as moq_net::coding::Decode>::decode(&mut buf) {
-						return header.sequence;
-					}
-				}
-				Ok(_) => break,
-				Err(_) => {}
-			}
-			match recv.read().await.unwrap() {
-				Some(chunk) => bytes.extend_from_slice(&chunk),
-				None => break,
-			}
+		if let Some(sequence) = group_sequence(&mut recv).await {
+			return sequence;
 		}
 	}
 }

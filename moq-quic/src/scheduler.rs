@@ -44,12 +44,12 @@
 //!
 //! Instructions per operation (callgrind, `bench/results/scheduler.md`; 16 to 16,384 groups in
 //! 2 or 8 levels, at the front, middle and tail of a ring alike; release profile with fat LTO):
-//! reprioritizing to an existing level 95 to 190 (8 levels are past the array; moving a ring's
+//! reprioritizing to an existing level 95 to 196 (8 levels are past the array; moving a ring's
 //! front re-points the map, which with 8 levels far apart is a lookup through the tree's
-//! `recent` entries: 190 at the front, 145 elsewhere); retiring (the group's stream, then the
-//! group) 76 to 143. A level per group (the session's pattern, every operation creating a level
-//! and dropping one): reprioritizing to a new priority 113 to 117; retiring a group and
-//! inserting one at its priority 231 to 236, the same at 16 levels as at 16,384. Of each
+//! `recent` entries: 196 at the front, 152 elsewhere); retiring (the group's stream, then the
+//! group) 77 to 149. A level per group (the session's pattern, every operation creating a level
+//! and dropping one): reprioritizing to a new priority 114 to 118; retiring a group and
+//! inserting one at its priority 232 to 237, the same at 16 levels as at 16,384. Of each
 //! retire-and-insert row, some 43 are the benchmark loop's two out-of-line calls. With two or
 //! four levels of one group, a relay connection's case (`--sizes 2,4 --levels 2`), the array
 //! makes a level's retire and insert 213 to 260 and the reprioritize 88 to 137.
@@ -436,7 +436,7 @@ struct Radix {
 	/// Levels of several subscriber priorities on one connection differ in their high bits, so
 	/// their lookups take turns missing the leaf and walking six tiers: at 8 such levels a
 	/// reprioritize cost 214 instructions without these entries and 157 with (when they held
-	/// levels; now 145, and 190 for a ring's front, which re-points the map too).
+	/// levels; now 152, and 196 for a ring's front, which re-points the map too).
 	recent: [Cell<(u32, u32)>; RECENT],
 }
 
@@ -514,22 +514,12 @@ impl Radix {
 		}
 	}
 
-	#[inline(never)]
+	/// `get` when the cached leaf is not `key`'s.
 	fn get_uncached(&self, key: u32) -> u32 {
-		let recent = &self.recent[recent_slot(key)];
-		let (k, leaf) = recent.get();
-		if leaf != NIL && k == key {
-			return self.nodes[leaf as usize].child[radix_index(key, 0)];
+		match self.leaf_uncached(key) {
+			NIL => NIL,
+			leaf => self.value_in(leaf, key),
 		}
-		let leaf = self.walk(key);
-		if leaf == NIL {
-			return NIL;
-		}
-		let level = self.value_in(leaf, key);
-		if level != NIL {
-			recent.set((key, leaf));
-		}
-		level
 	}
 
 	/// The value of `key` in its `leaf`, `NIL` if absent.
@@ -543,7 +533,8 @@ impl Radix {
 		n.child[i]
 	}
 
-	/// The leaf of `key`, which must be present, from `recent` or by a walk.
+	/// The leaf holding `key`'s place, `NIL` if there is none, from `recent` or by a walk; a
+	/// walk's leaf goes into `recent` if `key` is present (an entry names a present key).
 	#[inline(never)]
 	fn leaf_uncached(&self, key: u32) -> u32 {
 		let recent = &self.recent[recent_slot(key)];
@@ -552,7 +543,9 @@ impl Radix {
 			return leaf;
 		}
 		let leaf = self.walk(key);
-		recent.set((key, leaf));
+		if leaf != NIL && self.value_in(leaf, key) != NIL {
+			recent.set((key, leaf));
+		}
 		leaf
 	}
 

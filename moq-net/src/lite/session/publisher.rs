@@ -518,7 +518,6 @@ const UPDATES_AFTER: u32 = 16;
 /// spawn, the task's own polls and its join handle.
 struct GroupStream<T: Transport> {
 	inner: Rc<Inner<T>>,
-	subscribe_id: u64,
 	group: GroupConsumer,
 	priority: i32,
 	/// The stream, once opened.
@@ -541,7 +540,6 @@ impl<T: Transport + 'static> GroupStream<T> {
 		};
 		Self {
 			inner,
-			subscribe_id,
 			group,
 			priority,
 			send: None,
@@ -573,19 +571,16 @@ impl<T: Transport + 'static> GroupStream<T> {
 				};
 				send.set_priority(self.priority);
 				let mut send = Sending::new(send);
-				let header = GroupHeader {
-					subscribe_id: self.subscribe_id,
-					sequence: self.group.sequence(),
-				};
 				// An unencodable header resets the stream at once, uncounted, rather than at the
 				// first frame. The check encodes it into the scratch (some 20 bytes); the first
-				// chunk encodes it again.
-				if HEADS
-					.with_borrow_mut(|heads| {
-						heads.clear();
-						encode_group(&header, heads)
-					})
-					.is_err()
+				// chunk encodes it again. (No frame has been taken yet, so the header is there.)
+				if let Some(header) = &self.frames.header
+					&& HEADS
+						.with_borrow_mut(|heads| {
+							heads.clear();
+							encode_group(header, heads)
+						})
+						.is_err()
 				{
 					send.reset(ErrorCode::Encode.code());
 					return Poll::Ready(());
