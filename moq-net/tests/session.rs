@@ -880,3 +880,41 @@ async fn group_sequence(recv: &mut memory::MemoryRecv) -> Option<u64> {
 		bytes.extend_from_slice(&recv.read().await.unwrap()?);
 	}
 }
+
+#[test]
+fn groups_that_wait_for_stream_credit_open_in_the_order_they_came() {
+	// Found by the relay's e2e fan-out test (a viewer got groups 19 and 20 before 15 to 18, one
+	// debug run in 15): the connection's stream credit wakes every group waiting for it, and a
+	// group task spawned while the credit was out, queued ahead of them, took the first stream.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		raw.limit_uni(1);
+		let subscribe = test_support::subscribe(1, "bbb", "video");
+		let (_send, _recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(next_group_stream(&raw).await, 0, "the one stream credit allows");
+		// Out of credit: groups 1 to 3 wait for it.
+		for seq in 1..=3 {
+			publish(&track, seq);
+		}
+		kio::yield_now().await;
+		// Then, as on a connection whose driver takes in the peer's MAX_STREAMS, the credit comes
+		// from a task that runs after the subscription took 4 and 5 and before their tasks run:
+		// tasks run in the order they were woken or spawned.
+		publish(&track, 4);
+		publish(&track, 5);
+		let grant = kio::spawn({
+			let raw = raw.clone();
+			async move { raw.grant_uni(5) }
+		});
+		grant.await.unwrap();
+		let mut opened = Vec::new();
+		for _ in 1..=5 {
+			opened.push(next_group_stream(&raw).await);
+		}
+		assert_eq!(opened, vec![1, 2, 3, 4, 5]);
+	});
+}

@@ -6,7 +6,9 @@
 //! accepted while the stream holds less than [`WINDOW`] unread bytes, a stand-in for QUIC's
 //! per-stream flow control. Dropping a send stream finishes it (as quinn does); dropping a
 //! receive stream that has not seen the end stops it with code 0. Closing the connection fails
-//! every stream and every accept with [`TransportError::Closed`].
+//! every stream and every accept with [`TransportError::Closed`]. Opening uni streams is
+//! unlimited unless a side limits them ([`Memory::limit_uni`]), a stand-in for QUIC's stream
+//! credit (MAX_STREAMS) that the test grants by hand ([`Memory::grant_uni`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -63,6 +65,10 @@ struct Incoming {
 	on_bi: WaiterList,
 	on_datagram: WaiterList,
 	on_closed: WaiterList,
+	/// Uni streams the peer may still open; `None` is no limit.
+	uni_credit: Option<u64>,
+	/// The peer's openers wait here for credit.
+	on_uni_credit: WaiterList,
 }
 
 struct Conn {
@@ -112,6 +118,26 @@ impl Memory {
 	fn peer(&self) -> usize {
 		1 - self.side
 	}
+
+	/// From now on the peer may open `credit` more uni streams (and more as [`Self::grant_uni`]
+	/// allows).
+	pub fn limit_uni(&self, credit: u64) {
+		let side = self.side;
+		self.conn.lock().incoming[side].uni_credit = Some(credit);
+	}
+
+	/// Lets the peer open `more` uni streams beyond its limit, and wakes its waiting openers.
+	pub fn grant_uni(&self, more: u64) {
+		let wakes = {
+			let mut conn = self.conn.lock();
+			let incoming = &mut conn.incoming[self.side];
+			if let Some(credit) = &mut incoming.uni_credit {
+				*credit += more;
+			}
+			incoming.on_uni_credit.take()
+		};
+		drop(wakes);
+	}
 }
 
 impl fmt::Debug for Memory {
@@ -124,11 +150,20 @@ impl Transport for Memory {
 	type SendHalf = MemorySend;
 	type RecvHalf = MemoryRecv;
 
-	fn poll_open_uni(&self, _waiter: &Waiter) -> Poll<Result<MemorySend, TransportError>> {
+	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<MemorySend, TransportError>> {
 		let (send, wakes) = {
 			let mut conn = self.conn.lock();
 			if let Some(code) = conn.closed {
 				return Poll::Ready(Err(TransportError::Closed(code)));
+			}
+			let peer = &mut conn.incoming[self.peer()];
+			match &mut peer.uni_credit {
+				Some(0) => {
+					peer.on_uni_credit.register(waiter);
+					return Poll::Pending;
+				}
+				Some(credit) => *credit -= 1,
+				None => {}
 			}
 			let shared = stream();
 			Self::track(&mut conn, &[&shared]);
@@ -253,6 +288,7 @@ impl Transport for Memory {
 					&mut incoming.on_bi,
 					&mut incoming.on_datagram,
 					&mut incoming.on_closed,
+					&mut incoming.on_uni_credit,
 				] {
 					wakes.append(list.take());
 				}
@@ -497,6 +533,30 @@ mod tests {
 				Err(TransportError::Closed(42))
 			);
 			assert_eq!(b.closed().await, 42);
+		});
+	}
+
+	#[test]
+	fn a_limited_opener_waits_for_credit_and_close_fails_it() {
+		kio::block_on(async {
+			let (a, b) = pair();
+			b.limit_uni(1);
+			let _first = a.open_uni().await.unwrap();
+			let opener = kio::spawn({
+				let a = a.clone();
+				async move { a.open_uni().await.is_ok() }
+			});
+			kio::yield_now().await;
+			assert!(!opener.is_finished(), "no credit");
+			b.grant_uni(1);
+			assert!(opener.await.unwrap());
+			let opener = kio::spawn({
+				let a = a.clone();
+				async move { a.open_uni().await.err() }
+			});
+			kio::yield_now().await;
+			a.close(5, "bye");
+			assert_eq!(opener.await.unwrap(), Some(TransportError::Closed(5)));
 		});
 	}
 

@@ -834,6 +834,25 @@ mod tests {
 	use crate::lite::session::model_code;
 
 	#[test]
+	fn a_turn_ended_out_of_order_waits_for_the_older_ones() {
+		// A group reset for being stale or past the in-flight limit ends its turn whenever its
+		// task is dropped, which need not be in order.
+		let order = Rc::new(OpenOrder::default());
+		let turns: Vec<Turn> = (0..4).map(|_| OpenOrder::take_turn(&order)).collect();
+		let waiter = Waiter::new(std::task::Waker::noop().clone());
+		let [zero, one, two, three] = <[Turn; 4]>::try_from(turns).ok().unwrap();
+		assert!(zero.poll_first(&waiter).is_ready());
+		assert!(one.poll_first(&waiter).is_pending());
+		drop(two);
+		assert!(three.poll_first(&waiter).is_pending(), "one is still before it");
+		drop(zero);
+		assert!(one.poll_first(&waiter).is_ready());
+		drop(one);
+		assert!(three.poll_first(&waiter).is_ready(), "two's turn is over already");
+		assert!(order.over.borrow().is_empty());
+	}
+
+	#[test]
 	fn an_ordered_subscription_sends_older_groups_first() {
 		assert!(stream_priority(1, true, 0, 5) > stream_priority(1, true, 0, 6));
 		assert!(stream_priority(1, true, 100, 100) > stream_priority(1, true, 100, 101));
