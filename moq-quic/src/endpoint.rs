@@ -38,17 +38,15 @@ use crate::limits::Admit;
 use crate::sim;
 use crate::{Config, ConnectError};
 
-/// Transmits waiting for the sender before connections stop producing more. Each is one GSO train
-/// of up to [`Config::gso_segments`] datagrams.
-const TX_QUEUE_LIMIT: usize = 64;
 /// Transmits the sender hands to the kernel per loop turn.
 const TX_BATCH: usize = 32;
 /// The capacity of a buffer for a transmit of one datagram (quinn-proto's MTU discovery stops at
 /// 1,452 bytes by default): one that fits is copied out of the `poll_transmit` buffer into one
 /// of these (see `connection::turn`).
 pub(crate) const SMALL_BUF: usize = 1500;
-/// Buffers kept for reuse, of each size.
-const POOL_LIMIT: usize = TX_QUEUE_LIMIT + TX_BATCH;
+/// `poll_transmit` buffers kept for reuse (one serves each connection turn, and a GSO train
+/// queues one).
+const POOL_LIMIT: usize = 96;
 
 /// What a transmit carries out of a connection.
 pub(crate) struct Outgoing {
@@ -80,6 +78,9 @@ pub struct EndpointStats {
 	pub open: u64,
 	/// Sends that failed (the datagrams are lost; QUIC's recovery resends their data).
 	pub send_errors: u64,
+	/// Connection turns that found the sender's queue full ([`Config::send_queue`]) and waited
+	/// for room before producing.
+	pub send_queue_waits: u64,
 }
 
 pub(crate) enum Io {
@@ -98,6 +99,8 @@ pub(crate) struct EndpointState {
 	accept_waiters: WaiterList,
 	drain_waiters: WaiterList,
 	tx: VecDeque<Outgoing>,
+	/// The capacity of the buffers in `tx`, bounded by [`Config::send_queue`].
+	tx_bytes: usize,
 	tx_waiters: WaiterList,
 	tx_space: WaiterList,
 	/// Buffers for `poll_transmit`, and for single datagrams ([`SMALL_BUF`]).
@@ -226,6 +229,7 @@ impl Endpoint {
 				accept_waiters: WaiterList::new(),
 				drain_waiters: WaiterList::new(),
 				tx: VecDeque::new(),
+				tx_bytes: 0,
 				tx_waiters: WaiterList::new(),
 				tx_space: WaiterList::new(),
 				pool: Vec::new(),
@@ -409,6 +413,7 @@ impl EndpointShared {
 		state.stats.datagrams_out += datagrams;
 		state.stats.bytes_out += out.buf.len() as u64;
 		state.stats.transmits += 1;
+		state.tx_bytes += out.buf.capacity();
 		state.tx.push_back(out);
 		let wakes = state.tx_waiters.take();
 		drop(state);
@@ -418,15 +423,20 @@ impl EndpointShared {
 	/// Whether connections may produce another transmit; if not, `waiter` hears when they may.
 	pub(crate) fn poll_tx_space(&self, waiter: &Waiter) -> bool {
 		let mut state = self.state.borrow_mut();
-		if state.tx.len() < TX_QUEUE_LIMIT {
+		if state.tx_bytes < state.config.send_queue {
 			return true;
 		}
 		state.tx_space.register(waiter);
 		false
 	}
 
+	/// Whether connections may produce another transmit; a connection told no waits for room
+	/// ([`poll_tx_space`](Self::poll_tx_space)), and is counted.
 	pub(crate) fn has_tx_space(&self) -> bool {
-		self.state.borrow().tx.len() < TX_QUEUE_LIMIT
+		let mut state = self.state.borrow_mut();
+		let room = state.tx_bytes < state.config.send_queue;
+		state.stats.send_queue_waits += u64::from(!room);
+		room
 	}
 
 	/// A buffer for `poll_transmit`, from the pool.
@@ -444,14 +454,16 @@ impl EndpointShared {
 	pub(crate) fn recycle(&self, mut buf: Vec<u8>) {
 		buf.clear();
 		let mut state = self.state.borrow_mut();
-		let pool = if buf.capacity() > SMALL_BUF {
-			&mut state.pool
+		let small_limit = state.config.send_queue / SMALL_BUF + TX_BATCH;
+		let (pool, limit) = if buf.capacity() > SMALL_BUF {
+			(&mut state.pool, POOL_LIMIT)
 		} else if buf.capacity() == SMALL_BUF {
-			&mut state.small_pool
+			// As many as a full queue holds, so a fan-out burst reuses the last one's buffers.
+			(&mut state.small_pool, small_limit)
 		} else {
 			return;
 		};
-		if pool.len() < POOL_LIMIT {
+		if pool.len() < limit {
 			pool.push(buf);
 		}
 	}
@@ -618,7 +630,8 @@ async fn send(shared: Rc<EndpointShared>) {
 				return Poll::Pending;
 			}
 			let take = state.tx.len().min(TX_BATCH);
-			batch.extend(state.tx.drain(..take));
+			let EndpointState { tx, tx_bytes, .. } = &mut *state;
+			batch.extend(tx.drain(..take).inspect(|out| *tx_bytes -= out.buf.capacity()));
 			let wakes = state.tx_space.take();
 			drop(state);
 			wakes.wake();

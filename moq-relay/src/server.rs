@@ -819,6 +819,12 @@ fn render_metrics(shared: &Shared) -> String {
 		&|i| endpoints[i].transmits,
 	);
 	family(
+		"moq_relay_udp_send_queue_waits_total",
+		"Connection turns that found the worker's send queue full and waited for the sender.",
+		Kind::Counter,
+		&|i| endpoints[i].send_queue_waits,
+	);
+	family(
 		"moq_relay_quic_connections",
 		"QUIC connections open on the worker.",
 		Kind::Gauge,

@@ -171,6 +171,9 @@ fn metrics_count_sessions_media_and_the_cache() {
 			assert!(value(&flowed, &enters) > 0, "{enters}");
 			let turns = format!("kio_loop_turns_total{{worker=\"{worker}\"}}");
 			assert!(value(&flowed, &turns) > 0, "{turns}");
+			// Two connections never fill a worker's 1 MiB send queue.
+			let waits = format!("moq_relay_udp_send_queue_waits_total{{worker=\"{worker}\"}}");
+			assert_eq!(sample(&flowed, &waits), Some(0), "{waits}");
 		}
 		assert_eq!(
 			sample(&flowed, &format!("kio_uring_enter_total{{worker=\"{workers}\"}}")),
