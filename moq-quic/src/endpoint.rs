@@ -396,6 +396,11 @@ fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_prot
 }
 
 impl EndpointState {
+	/// Whether the sender's queue has room for another transmit ([`Config::send_queue`]).
+	fn tx_room(&self) -> bool {
+		self.tx_bytes < self.config.send_queue
+	}
+
 	/// A server connection's handshake ended (completed, failed or timed out): its budget share
 	/// goes back.
 	fn handshake_over(&mut self, handle: ConnectionHandle) {
@@ -423,7 +428,7 @@ impl EndpointShared {
 	/// Whether connections may produce another transmit; if not, `waiter` hears when they may.
 	pub(crate) fn poll_tx_space(&self, waiter: &Waiter) -> bool {
 		let mut state = self.state.borrow_mut();
-		if state.tx_bytes < state.config.send_queue {
+		if state.tx_room() {
 			return true;
 		}
 		state.tx_space.register(waiter);
@@ -434,7 +439,7 @@ impl EndpointShared {
 	/// ([`poll_tx_space`](Self::poll_tx_space)), and is counted.
 	pub(crate) fn has_tx_space(&self) -> bool {
 		let mut state = self.state.borrow_mut();
-		let room = state.tx_bytes < state.config.send_queue;
+		let room = state.tx_room();
 		state.stats.send_queue_waits += u64::from(!room);
 		room
 	}

@@ -66,9 +66,10 @@ pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 /// default before connections wait. A frame fanned out to N viewers on one worker queues N
 /// transmits at once, one datagram each in a 1,500-byte buffer, so this is sized for hundreds:
 /// at the 64 transmits it replaced, 36 of 100 viewers found the queue full and turned again once
-/// the sender made room (0.4 connection turns per delivered frame more, fanout 1x100 on one
-/// worker; with 200 viewers on a worker, every waiting connection woken each time the sender took
-/// a batch, 1.8). 1 MiB is about 700 such transmits, or 80 GSO trains of 13 KB.
+/// the sender made room (0.4 connection turns per delivered frame more, counted at fanout 1x100
+/// on one worker; with 200 viewers on a worker, every waiting connection woken each time the
+/// sender took a batch of 32, the arithmetic gives 1.8). 1 MiB is about 700 such transmits, or 80
+/// GSO trains of 13 KB.
 pub const DEFAULT_SEND_QUEUE: usize = 1 << 20;
 
 /// An endpoint's configuration.
