@@ -442,3 +442,160 @@ fn into_std_hands_over_only_an_unused_socket() {
 		drop(std);
 	});
 }
+
+#[test]
+fn try_send_many_sends_a_burst_to_many_peers_in_order_with_its_metadata() {
+	rt().block_on(async {
+		let tx = UdpSocket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+		let peers: Vec<UdpSocket> = (0..5)
+			.map(|_| UdpSocket::bind("0.0.0.0:0".parse().unwrap()).unwrap())
+			.collect();
+		let to = |p: &UdpSocket| SocketAddr::new("127.0.0.1".parse().unwrap(), p.local_addr().port());
+		let src: IpAddr = "127.0.0.2".parse().unwrap();
+		// 70 transmits (more than one `sendmmsg` takes): single datagrams round robin over the
+		// peers, and every seventh a GSO train of three.
+		let payloads: Vec<Vec<u8>> = (0..70)
+			.map(|i| {
+				if i % 7 == 0 {
+					(0..3).flat_map(|k| datagram(i * 10 + k, 200)).collect()
+				} else {
+					datagram(i * 10, 100 + i)
+				}
+			})
+			.collect();
+		let transmits: Vec<Transmit<'_>> = payloads
+			.iter()
+			.enumerate()
+			.map(|(i, p)| {
+				let t = Transmit::new(to(&peers[i % 5]), p).ecn(Ecn::Ect0).src_ip(src);
+				if i % 7 == 0 { t.segments(200) } else { t }
+			})
+			.collect();
+		let before = kio::stats().ring;
+		let (sent, stop) = tx.try_send_many(&transmits);
+		assert_eq!(sent, transmits.len());
+		assert!(stop.is_ok());
+		let after = kio::stats().ring;
+		assert_eq!(after.submissions, before.submissions, "no ring operation");
+		let stats = tx.stats();
+		assert_eq!(stats.sends, 70);
+		assert_eq!(stats.batches, 3, "32 + 32 + 6");
+		for (p, peer) in peers.iter().enumerate() {
+			let mut expected: Vec<Vec<u8>> = Vec::new();
+			for i in (p..70).step_by(5) {
+				if i % 7 == 0 {
+					expected.extend((0..3).map(|k| datagram(i * 10 + k, 200)));
+				} else {
+					expected.push(datagram(i * 10, 100 + i));
+				}
+			}
+			let mut got = Vec::new();
+			while got.len() < expected.len() {
+				let t = peer.recv().await.unwrap();
+				assert_eq!(t.ecn(), Some(Ecn::Ect0));
+				assert_eq!(t.peer(), SocketAddr::new(src, tx.local_addr().port()));
+				got.extend(t.segments().map(<[u8]>::to_vec));
+			}
+			assert_eq!(got, expected, "peer {p} got its datagrams in order");
+		}
+	});
+}
+
+#[test]
+fn try_send_many_stops_before_a_transmit_it_cannot_send_directly() {
+	rt().block_on(async {
+		let rx = UdpSocket::bind(v4()).unwrap();
+		let tx = UdpSocket::bind(v4()).unwrap();
+		let to = rx.local_addr();
+		let one = datagram(0, 100);
+		let train: Vec<u8> = (1..4).flat_map(|i| datagram(i, 300)).collect();
+		let bad = vec![0u8; 65 * 10];
+		// A train while the GSO hook is armed: the caller sends it with `send`, which falls back.
+		tx.fail_next_gso();
+		let transmits = [
+			Transmit::new(to, &one),
+			Transmit::new(to, &train).segments(300),
+			Transmit::new(to, &bad).segments(10),
+			Transmit::new(to, &one),
+		];
+		let (sent, stop) = tx.try_send_many(&transmits);
+		assert_eq!(sent, 1);
+		assert!(stop.is_ok(), "not an error: the train goes through `send`");
+		tx.send(&transmits[1]).await.unwrap();
+		assert_eq!(tx.stats().gso_fallbacks, 1);
+		// An invalid train is that transmit's error; the rest go on after it. With GSO off, a
+		// train is again for `send`, which splits it.
+		let (sent, stop) = tx.try_send_many(&transmits[2..]);
+		assert_eq!(sent, 0);
+		assert_eq!(stop.unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+		let (sent, stop) = tx.try_send_many(&transmits[3..]);
+		assert_eq!((sent, stop.is_ok()), (1, true));
+		let (sent, stop) = tx.try_send_many(&transmits[1..2]);
+		assert_eq!((sent, stop.is_ok()), (0, true), "GSO is off: the train is for `send`");
+		let mut got = Vec::new();
+		while got.len() < 5 {
+			got.extend(rx.recv().await.unwrap().segments().map(<[u8]>::to_vec));
+		}
+		assert_eq!(
+			got,
+			vec![one.clone(), datagram(1, 300), datagram(2, 300), datagram(3, 300), one]
+		);
+	});
+}
+
+/// Run in a network namespace of its own (`unshare -n`, re-running this test binary) whose
+/// loopback holds packets in a slow token-bucket queue: they stay charged to the sending socket,
+/// so a small send buffer fills, which plain loopback never does.
+#[test]
+fn try_send_many_stops_at_a_full_send_buffer_and_send_waits_for_room() {
+	const CHILD: &str = "KIO_TEST_NETNS_CHILD";
+	let name = "try_send_many_stops_at_a_full_send_buffer_and_send_waits_for_room";
+	if std::env::var_os(CHILD).is_none() {
+		let exe = std::env::current_exe().unwrap();
+		let out = std::process::Command::new("unshare")
+			.arg("-n")
+			.arg(exe)
+			.args(["--exact", name, "--nocapture", "--test-threads=1"])
+			.env(CHILD, "1")
+			.output()
+			.expect("unshare(1) runs (util-linux)");
+		let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+		assert!(out.status.success(), "the test in its own namespace failed:\n{text}");
+		assert!(text.contains("1 passed"), "the child ran the test:\n{text}");
+		return;
+	}
+	let run = |args: &[&str]| {
+		let status = std::process::Command::new(args[0]).args(&args[1..]).status().unwrap();
+		assert!(status.success(), "{args:?}");
+	};
+	run(&["ip", "link", "set", "lo", "up"]);
+	// 2 Mbit/s after a 1,600-byte burst: 1,000-byte datagrams leave every 4 ms.
+	run(&[
+		"tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "2mbit", "burst", "1600", "limit", "1000000",
+	]);
+	rt().block_on(async {
+		let rx = UdpSocket::bind_with(v4(), &UdpConfig::new().recv_buffer(1 << 20)).unwrap();
+		let tx = UdpSocket::bind_with(v4(), &UdpConfig::new().send_buffer(4096)).unwrap();
+		let count = 40;
+		let payloads: Vec<Vec<u8>> = (0..count).map(|i| datagram(i, 1000)).collect();
+		let transmits: Vec<Transmit<'_>> = payloads.iter().map(|p| Transmit::new(rx.local_addr(), p)).collect();
+		let (mut at, mut stops) = (0, 0);
+		while at < count {
+			let (sent, stop) = tx.try_send_many(&transmits[at..]);
+			at += sent;
+			if at == count {
+				break;
+			}
+			assert!(stop.is_ok(), "a full buffer is not an error: {stop:?}");
+			stops += 1;
+			tx.send(&transmits[at]).await.unwrap();
+			at += 1;
+		}
+		assert!(stops >= 2, "the 4 KiB send buffer filled more than once: {stops}");
+		assert_eq!(tx.stats().sends, count as u64);
+		for i in 0..count {
+			let t = rx.recv().await.unwrap();
+			assert_eq!(t.payload(), &datagram(i, 1000)[..], "datagram {i} in order");
+		}
+	});
+}

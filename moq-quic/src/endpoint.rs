@@ -4,8 +4,10 @@
 //! `quinn_proto::Endpoint::handle` one datagram at a time, resolves every `Incoming` (accepted,
 //! or refused with its response sent: an unresolved one leaks its buffers), and routes connection
 //! events to their connection, marking it dirty. The **sender** drains the endpoint's queue of
-//! produced transmits: each is one `sendmsg` (a GSO train), all those queued go to the kernel in
-//! the same loop turn, and a transmit quinn-proto produced is never dropped: when the queue is
+//! produced transmits: each a datagram or a GSO train, 32 to a `sendmmsg` that does not wait
+//! (`UdpSocket::try_send_many`: no ring operation and no copy per datagram), and one the kernel
+//! cannot take at once through the ring's `sendmsg`, which waits for room or falls back from GSO,
+//! before the rest, and a transmit quinn-proto produced is never dropped: when the queue is
 //! full, connections stop polling for more until the sender has made room.
 //!
 //! Ownership: the endpoint's table holds each connection's shared state; a connection refers back
@@ -19,10 +21,8 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
@@ -590,6 +590,21 @@ fn ecn_in(ecn: Option<Ecn>) -> Option<EcnCodepoint> {
 	ecn.and_then(|e| EcnCodepoint::from_bits(e as u8))
 }
 
+/// A queued transmit as the socket takes it.
+fn transmit(out: &Outgoing) -> kio::net::Transmit<'_> {
+	let mut transmit = kio::net::Transmit::new(out.destination, &out.buf);
+	if let Some(size) = out.segment_size.filter(|s| *s < out.buf.len()) {
+		transmit = transmit.segments(size);
+	}
+	if let Some(ecn) = ecn_out(out.ecn) {
+		transmit = transmit.ecn(ecn);
+	}
+	if let Some(ip) = out.src_ip {
+		transmit = transmit.src_ip(ip);
+	}
+	transmit
+}
+
 fn ecn_out(ecn: Option<EcnCodepoint>) -> Option<Ecn> {
 	ecn.map(|e| match e {
 		EcnCodepoint::Ect0 => Ecn::Ect0,
@@ -645,24 +660,28 @@ async fn send(shared: Rc<EndpointShared>) {
 		.await;
 		match &shared.io {
 			Io::Udp(socket) => {
-				// `UdpSend` is `Unpin`: the sends sit in the vector itself, no box each.
-				let mut sends: Vec<kio::net::UdpSend<'_>> = Vec::with_capacity(batch.len());
+				let transmits: Vec<kio::net::Transmit<'_>> = batch.iter().map(transmit).collect();
+				let mut failed = 0;
+				let mut at = 0;
+				while at < transmits.len() {
+					let (sent, next) = socket.try_send_many(&transmits[at..]);
+					at += sent;
+					if at == transmits.len() {
+						break;
+					}
+					// The next one could not go at once: through the ring, which waits for room
+					// in the socket's buffer and falls back from GSO; or it failed.
+					let failure = match next {
+						Ok(()) => socket.send(&transmits[at]).await.is_err(),
+						Err(_) => true,
+					};
+					failed += u64::from(failure);
+					at += 1;
+				}
+				drop(transmits);
 				for out in batch.drain(..) {
-					let mut transmit = kio::net::Transmit::new(out.destination, &out.buf);
-					if let Some(size) = out.segment_size.filter(|s| *s < out.buf.len()) {
-						transmit = transmit.segments(size);
-					}
-					if let Some(ecn) = ecn_out(out.ecn) {
-						transmit = transmit.ecn(ecn);
-					}
-					if let Some(ip) = out.src_ip {
-						transmit = transmit.src_ip(ip);
-					}
-					// The payload is copied into the operation here, so the buffer is free again.
-					sends.push(socket.send(&transmit));
 					shared.recycle(out.buf);
 				}
-				let failed = join_all(&mut sends).await;
 				if failed > 0 {
 					shared.state.borrow_mut().stats.send_errors += failed;
 				}
@@ -675,29 +694,4 @@ async fn send(shared: Rc<EndpointShared>) {
 			}
 		}
 	}
-}
-
-/// Waits for every send; returns how many failed. Finished sends leave the vector as they
-/// complete.
-async fn join_all(sends: &mut Vec<kio::net::UdpSend<'_>>) -> u64 {
-	let mut failed = 0;
-	std::future::poll_fn(|cx| {
-		let mut at = 0;
-		while at < sends.len() {
-			match Pin::new(&mut sends[at]).poll(cx) {
-				Poll::Ready(result) => {
-					failed += u64::from(result.is_err());
-					drop(sends.swap_remove(at));
-				}
-				Poll::Pending => at += 1,
-			}
-		}
-		if sends.is_empty() {
-			Poll::Ready(())
-		} else {
-			Poll::Pending
-		}
-	})
-	.await;
-	failed
 }

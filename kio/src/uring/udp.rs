@@ -1,5 +1,6 @@
 //! The UDP operations: a multishot `recvmsg` into a provided buffer ring, and a `sendmsg` whose
-//! `msghdr`, iovec, address, control messages and payload live in one box the operation keeps.
+//! `msghdr`, iovec, address, control messages and payload live in one box the operation keeps;
+//! and, outside the ring, a `sendmmsg` that does not wait, for bursts.
 
 use std::io;
 use std::net::SocketAddr;
@@ -190,6 +191,103 @@ pub(crate) fn send_msg(fd: &Rc<Fd>, mut buf: Box<SendBuf>) -> io::Result<Op<Send
 	// payload in its Vec's heap buffer, which is not resized while the box is kept), which the
 	// slot keeps until the terminal completion; the fd is kept open by the box's `Rc<Fd>`.
 	unsafe { Op::start(sqe, buf) }
+}
+
+/// The most messages one [`send_many`] hands the kernel.
+pub(crate) const SEND_MANY: usize = 32;
+
+/// One message of a [`send_many`]: the payload stays the caller's, nothing is copied.
+pub(crate) struct OutMsg<'a> {
+	/// `None`: the connected peer.
+	pub(crate) dest: Option<SocketAddr>,
+	pub(crate) data: &'a [u8],
+	pub(crate) meta: SendMeta,
+}
+
+/// What one `sendmmsg` points at: headers, iovecs, addresses and control areas, kept by the
+/// socket and refilled per call (so a call allocates nothing).
+#[derive(Default)]
+pub(crate) struct ManyBuf {
+	hdrs: Vec<libc::mmsghdr>,
+	iovs: Vec<libc::iovec>,
+	addrs: Vec<Option<RawAddr>>,
+	controls: Vec<(SendControl, usize)>,
+}
+
+/// Sends up to [`SEND_MANY`] of `msgs` with one `sendmmsg` that does not wait (`MSG_DONTWAIT`:
+/// kio's sockets are blocking, for the ring's sake). Returns how many the kernel took, from the
+/// front; an error is the first message's (`EAGAIN` when the send buffer is full). The kernel
+/// copies each payload before the call returns, so nothing outlives it.
+pub(crate) fn send_many<'a>(
+	fd: &Fd,
+	scratch: &mut ManyBuf,
+	msgs: impl Iterator<Item = OutMsg<'a>>,
+) -> io::Result<usize> {
+	let ManyBuf {
+		hdrs,
+		iovs,
+		addrs,
+		controls,
+	} = scratch;
+	hdrs.clear();
+	iovs.clear();
+	addrs.clear();
+	controls.clear();
+	for msg in msgs.take(SEND_MANY) {
+		iovs.push(libc::iovec {
+			iov_base: msg.data.as_ptr().cast_mut().cast(),
+			iov_len: msg.data.len(),
+		});
+		addrs.push(msg.dest.map(RawAddr::new));
+		let mut control = SendControl([0; cmsg::SEND_CONTROL]);
+		let len = cmsg::encode(&mut control, &msg.meta);
+		controls.push((control, len));
+	}
+	// The vectors are full now: the pointers taken below stay valid until they are next cleared.
+	for ((iov, addr), (control, control_len)) in iovs.iter_mut().zip(addrs.iter_mut()).zip(controls.iter_mut()) {
+		let (msg_name, msg_namelen) = match addr {
+			Some(addr) => (addr.as_mut_ptr().cast(), addr.len()),
+			None => (std::ptr::null_mut(), 0),
+		};
+		let (msg_control, msg_controllen) = match *control_len {
+			0 => (std::ptr::null_mut(), 0),
+			len => (control.0.as_mut_ptr().cast(), len),
+		};
+		hdrs.push(libc::mmsghdr {
+			msg_hdr: libc::msghdr {
+				msg_name,
+				msg_namelen,
+				msg_iov: iov,
+				msg_iovlen: 1,
+				msg_control,
+				msg_controllen,
+				msg_flags: 0,
+			},
+			msg_len: 0,
+		});
+	}
+	if hdrs.is_empty() {
+		return Ok(0);
+	}
+	let count = hdrs.len() as libc::c_uint;
+	// SAFETY: sendmmsg(2) reads `count` headers from a live vector; each points at an iovec,
+	// address and control area in the scratch vectors (not resized since the pointers were
+	// taken) and at a payload the caller's borrow keeps alive for this call. The kernel copies
+	// everything before returning (MSG_DONTWAIT: it never keeps a pointer past the call), and
+	// writes only each header's `msg_len`.
+	let rc = unsafe {
+		libc::sendmmsg(
+			fd.raw(),
+			hdrs.as_mut_ptr(),
+			count,
+			libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+		)
+	};
+	if rc < 0 {
+		Err(io::Error::last_os_error())
+	} else {
+		Ok(rc as usize)
+	}
 }
 
 #[cfg(test)]
