@@ -608,6 +608,9 @@ impl UdpSocket {
 				}
 			});
 			match udp::send_many(&self.fd, &mut scratch, msgs) {
+				// The kernel reports a first message it could not send as an error, so this is not
+				// expected; were it to happen, the ring's send (which waits) takes over.
+				Ok(0) => return (sent, Ok(())),
 				Ok(n) => {
 					sent += n;
 					self.bump(|s| {
