@@ -201,13 +201,27 @@ try {
 	// encoders stop once the relay has cancelled its subscription, and the camera is watched
 	// again: a new upstream subscription, whose groups @moq/publish numbers from 0 again.
 	await viewer.click(`#broadcasts li[data-path="${native}"] button`);
-	await publisher.waitForFunction(
-		() => {
+	// Polled on a timer: the publisher's page is in the background now, where Chromium runs no
+	// animation frames, so puppeteer's default (once, then on every frame) saw the encoders stop
+	// only if they had stopped before its first look (under load, 1 run in 6 timed out with both
+	// encoders long stopped).
+	try {
+		await publisher.waitForFunction(
+			() => {
+				const { hd, sd } = window.relayPage.publishing.broadcast.video;
+				return !hd.active.peek() && !sd.active.peek();
+			},
+			{ timeout: 30000, polling: 100 },
+		);
+	} catch (error) {
+		// What was still served, and what the relay held, for whoever reads the failure.
+		const active = await publisher.evaluate(() => {
 			const { hd, sd } = window.relayPage.publishing.broadcast.video;
-			return !hd.active.peek() && !sd.active.peek();
-		},
-		{ timeout: 30000 },
-	);
+			return { hd: hd.active.peek(), sd: sd.active.peek() };
+		});
+		const metrics = await (await fetch(new URL("/metrics", url))).text();
+		throw new Error(`${error}: encoders still active ${JSON.stringify(active)}; relay metrics:\n${metrics}`);
+	}
 	const before = await viewer.evaluate(() => window.decoded.video);
 	await viewer.click(`#broadcasts li[data-path="${PUBLISHED}"] button`);
 	await viewer.waitForFunction(
