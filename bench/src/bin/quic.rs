@@ -30,8 +30,10 @@
 //!   over the interval, user + system time of every thread of the process (both endpoints, and
 //!   the loopback path's kernel work done in their context), per 10^9 stream bytes.
 //! - **datagrams and `sendmsg`s**: [`Endpoint::stats`] (datagrams produced by quinn-proto and
-//!   queued; transmits, one `sendmsg` each) and [`Endpoint::udp_stats`] (kio's socket counters:
-//!   successful sends, GRO trains received and the datagrams in them, receive-ring `ENOBUFS`).
+//!   queued; transmits, one message each) and [`Endpoint::udp_stats`] (kio's socket counters:
+//!   successful sends, the `sendmmsg` calls that carried most of them outside the ring, GRO
+//!   trains received and the datagrams in them, receive-ring `ENOBUFS`). `io_uring_enter` per
+//!   datagram does not count those `sendmmsg` calls; the I/O table prints them beside it.
 //! - **`io_uring_enter` calls**: kio's per-worker ring counter (`kio::stats().ring.enters`,
 //!   [`kio::Runtime::stats`] for the other worker), summed over the workers, divided by every
 //!   datagram both endpoints sent (client data + server ACKs). (`kio::io_counters()` holds
@@ -131,10 +133,12 @@ impl Placement {
 struct Io {
 	/// Datagrams produced (`EndpointStats::datagrams_out`).
 	datagrams_out: u64,
-	/// Transmits queued, one `sendmsg` each (`EndpointStats::transmits`).
+	/// Transmits queued, one message each (`EndpointStats::transmits`).
 	transmits: u64,
-	/// `sendmsg`s that succeeded (kio `UdpStats::sends`).
+	/// Messages that went out, ring `sendmsg`s and `sendmmsg` messages (kio `UdpStats::sends`).
 	sends: u64,
+	/// `sendmmsg` calls: system calls outside the ring (kio `UdpStats::batches`).
+	batches: u64,
 	send_errors: u64,
 	gso_fallbacks: u64,
 	/// Receive completions (kio `UdpStats::trains`) and the datagrams in them.
@@ -152,6 +156,7 @@ impl Io {
 			datagrams_out: stats.datagrams_out,
 			transmits: stats.transmits,
 			sends: udp.sends,
+			batches: udp.batches,
 			send_errors: stats.send_errors,
 			gso_fallbacks: udp.gso_fallbacks,
 			trains: udp.trains,
@@ -166,6 +171,7 @@ impl Io {
 			datagrams_out: self.datagrams_out - start.datagrams_out,
 			transmits: self.transmits - start.transmits,
 			sends: self.sends - start.sends,
+			batches: self.batches - start.batches,
 			send_errors: self.send_errors - start.send_errors,
 			gso_fallbacks: self.gso_fallbacks - start.gso_fallbacks,
 			trains: self.trains - start.trains,
@@ -650,8 +656,8 @@ fn congestion_table(rows: &[Run]) -> String {
 
 fn io_table(rows: &[Run]) -> String {
 	let mut out = String::from(
-		"| placement | variant | client datagrams out | client sendmsg | client datagrams per sendmsg | server datagrams out (ACKs) | server datagrams per sendmsg | server GRO datagrams per train | client GRO datagrams per train | io_uring_enter (client worker + server worker) |\n\
-		 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| placement | variant | client datagrams out | client messages sent | client datagrams per message | server datagrams out (ACKs) | server datagrams per message | server GRO datagrams per train | client GRO datagrams per train | io_uring_enter (client worker + server worker) | sendmmsg (client + server) |\n\
+		 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
 	);
 	for r in rows {
 		let enters = match r.placement {
@@ -659,7 +665,7 @@ fn io_table(rows: &[Run]) -> String {
 			Placement::Shared => format!("{} (one worker)", r.enters()),
 		};
 		out += &format!(
-			"| {} | {} | {} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} |\n",
+			"| {} | {} | {} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} + {} |\n",
 			r.placement.label(),
 			r.variant.label(),
 			r.client.datagrams_out,
@@ -670,6 +676,8 @@ fn io_table(rows: &[Run]) -> String {
 			r.server.per_train(),
 			r.client.per_train(),
 			enters,
+			r.client.batches,
+			r.server.batches,
 		);
 	}
 	out
@@ -764,7 +772,8 @@ fn main() {
 		 server worker when spread); waited for a CPU: their `run_delay`, time runnable but not running (other load's share)\n\
 		 - io_uring_enter per datagram: `io_uring_enter` calls of every worker (kio `Stats::ring.enters`) / every datagram both \
 		 endpoints sent (client data + server ACKs, `EndpointStats::datagrams_out`)\n\
-		 - Datagrams per sendmsg: `EndpointStats::datagrams_out / transmits`; sendmsg = kio `UdpStats::sends`; GRO datagrams per \
+		 - Datagrams per message (a datagram or a GSO train): `EndpointStats::datagrams_out / transmits`; messages sent = kio \
+		 `UdpStats::sends` (ring `sendmsg`s and `sendmmsg` messages); sendmmsg = kio `UdpStats::batches`; GRO datagrams per \
 		 train: kio `UdpStats::datagrams / trains` of the receiving socket\n\
 		 - Lost packets, congestion events, cwnd, RTT: the client's quinn-proto `PathStats`; kernel RcvbufErrors: \
 		 `/proc/net/snmp`, system-wide (datagrams or GRO trains dropped at a full socket receive buffer); server rx ENOBUFS: \
