@@ -814,7 +814,7 @@ fn render_metrics(shared: &Shared) -> String {
 	);
 	family(
 		"moq_relay_udp_sendmsg_total",
-		"sendmsg operations (a GSO train is one).",
+		"Messages handed to the kernel, each a datagram or a GSO train (up to 32 to a sendmmsg).",
 		Kind::Counter,
 		&|i| endpoints[i].transmits,
 	);
