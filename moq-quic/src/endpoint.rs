@@ -68,7 +68,7 @@ pub struct EndpointStats {
 	pub datagrams_out: u64,
 	/// Bytes sent (UDP payload).
 	pub bytes_out: u64,
-	/// `sendmsg` operations (a GSO train is one).
+	/// Transmits handed to the sender, each a datagram or a GSO train: one message to the kernel.
 	pub transmits: u64,
 	/// Connections accepted (handshake complete).
 	pub accepted: u64,
