@@ -159,31 +159,40 @@ impl SendBuf {
 	}
 }
 
+/// A one-buffer `msghdr` of `iov`, to `addr` (the connected peer if `None`), with the first
+/// `control_len` bytes of `control` as control messages (none if 0).
+fn header(
+	iov: *mut libc::iovec,
+	addr: Option<&mut RawAddr>,
+	control: &mut SendControl,
+	control_len: usize,
+) -> libc::msghdr {
+	let (msg_name, msg_namelen) = match addr {
+		Some(addr) => (addr.as_mut_ptr().cast(), addr.len()),
+		None => (std::ptr::null_mut(), 0),
+	};
+	let msg_control = match control_len {
+		0 => std::ptr::null_mut(),
+		_ => control.0.as_mut_ptr().cast(),
+	};
+	libc::msghdr {
+		msg_name,
+		msg_namelen,
+		msg_iov: iov,
+		msg_iovlen: 1,
+		msg_control,
+		msg_controllen: control_len,
+		msg_flags: 0,
+	}
+}
+
 /// Stages one `sendmsg` of `buf` on `fd`.
 pub(crate) fn send_msg(fd: &Rc<Fd>, mut buf: Box<SendBuf>) -> io::Result<Op<SendBuf>> {
 	buf.fd = Some(fd.clone());
 	let b = &mut *buf;
 	b.iov.iov_base = b.data.as_mut_ptr().cast();
 	b.iov.iov_len = b.data.len();
-	b.hdr.msg_iov = &raw mut b.iov;
-	b.hdr.msg_iovlen = 1;
-	match &mut b.addr {
-		Some(addr) => {
-			b.hdr.msg_namelen = addr.len();
-			b.hdr.msg_name = addr.as_mut_ptr().cast();
-		}
-		None => {
-			b.hdr.msg_name = std::ptr::null_mut();
-			b.hdr.msg_namelen = 0;
-		}
-	}
-	if b.control_len > 0 {
-		b.hdr.msg_control = b.control.0.as_mut_ptr().cast();
-		b.hdr.msg_controllen = b.control_len;
-	} else {
-		b.hdr.msg_control = std::ptr::null_mut();
-		b.hdr.msg_controllen = 0;
-	}
+	b.hdr = header(&raw mut b.iov, b.addr.as_mut(), &mut b.control, b.control_len);
 	let sqe = opcode::SendMsg::new(types::Fd(fd.raw()), &raw const b.hdr)
 		.flags(libc::MSG_NOSIGNAL as u32)
 		.build();
@@ -245,44 +254,19 @@ pub(crate) fn send_many<'a>(
 	}
 	// The vectors are full now: the pointers taken below stay valid until they are next cleared.
 	for ((iov, addr), (control, control_len)) in iovs.iter_mut().zip(addrs.iter_mut()).zip(controls.iter_mut()) {
-		let (msg_name, msg_namelen) = match addr {
-			Some(addr) => (addr.as_mut_ptr().cast(), addr.len()),
-			None => (std::ptr::null_mut(), 0),
-		};
-		let (msg_control, msg_controllen) = match *control_len {
-			0 => (std::ptr::null_mut(), 0),
-			len => (control.0.as_mut_ptr().cast(), len),
-		};
 		hdrs.push(libc::mmsghdr {
-			msg_hdr: libc::msghdr {
-				msg_name,
-				msg_namelen,
-				msg_iov: iov,
-				msg_iovlen: 1,
-				msg_control,
-				msg_controllen,
-				msg_flags: 0,
-			},
+			msg_hdr: header(iov, addr.as_mut(), control, *control_len),
 			msg_len: 0,
 		});
 	}
 	if hdrs.is_empty() {
 		return Ok(0);
 	}
-	let count = hdrs.len() as libc::c_uint;
-	// SAFETY: sendmmsg(2) reads `count` headers from a live vector; each points at an iovec,
-	// address and control area in the scratch vectors (not resized since the pointers were
-	// taken) and at a payload the caller's borrow keeps alive for this call. The kernel copies
-	// everything before returning (MSG_DONTWAIT: it never keeps a pointer past the call), and
-	// writes only each header's `msg_len`.
-	let rc = unsafe {
-		libc::sendmmsg(
-			fd.raw(),
-			hdrs.as_mut_ptr(),
-			count,
-			libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-		)
-	};
+	let (count, flags) = (hdrs.len() as libc::c_uint, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+	// The headers point into the scratch vectors (not resized since) and at payloads the caller
+	// borrows; the kernel copies everything before sendmmsg(2) returns and writes only `msg_len`.
+	// SAFETY: every pointer sendmmsg(2) reads stays valid for the call (see above).
+	let rc = unsafe { libc::sendmmsg(fd.raw(), hdrs.as_mut_ptr(), count, flags) };
 	if rc < 0 {
 		Err(io::Error::last_os_error())
 	} else {
