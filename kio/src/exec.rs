@@ -16,7 +16,10 @@
 //! 3. Read the clock (once per turn) and fire due timers.
 //! 4. Enter the ring once: submit what is staged, reap completions, and, if nothing is runnable,
 //!    park in `io_uring_enter` with the next timer deadline as the timeout. Another thread's
-//!    wake unparks the worker through the ring's eventfd read.
+//!    wake unparks the worker through the ring's eventfd read. After a park the clock is read
+//!    again: the tasks the completions woke run at the time they were woken, not at the time the
+//!    worker went to sleep (QUIC stamps sent packets and ACK arrivals with it; a stale time
+//!    made the relay's probe timers fire early: docs/kio.md §3).
 //!
 //! # Task states
 //!
@@ -505,6 +508,7 @@ impl Core {
 		if wait {
 			self.shared.unparked();
 			self.parks.set(self.parks.get() + 1);
+			self.refresh_now();
 		}
 		self.publish_stats();
 		result.map(drop)

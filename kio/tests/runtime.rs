@@ -47,6 +47,35 @@ fn a_wake_from_another_thread_wakes_a_parked_worker() {
 }
 
 #[test]
+fn a_task_woken_by_io_after_a_park_sees_the_time_it_was_woken_at() {
+	let rt = single();
+	let monitor = rt.monitor(0).unwrap();
+	let (seen, sent, slept, asked) = rt.block_on(async {
+		let socket = kio::net::UdpSocket::bind("127.0.0.1:0".parse().unwrap()).expect("binds");
+		let to = socket.local_addr();
+		let thread = std::thread::spawn(move || {
+			// The worker read its clock before it parked; `sent` is later than that reading.
+			spin_until("the worker to park", || monitor.is_parked());
+			let sent = Instant::now();
+			let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("binds");
+			peer.send_to(b"wake", to).expect("sends");
+			sent
+		});
+		let mut buf = [0u8; 16];
+		socket.recv_from(&mut buf).await.expect("receives");
+		let seen = kio::time::now();
+		// A sleep measured from a stale time would end early, by however long the worker slept.
+		let asked = Duration::from_millis(5);
+		let from = Instant::now();
+		kio::time::sleep(asked).await;
+		let sent = thread.join().expect("the sender does not panic");
+		(seen, sent, from.elapsed(), asked)
+	});
+	assert!(seen >= sent, "the loop's time is {:?} before the wake", sent - seen);
+	assert!(slept >= asked, "a {asked:?} sleep ended after {slept:?}");
+}
+
+#[test]
 fn many_cross_thread_wakes_are_all_delivered() {
 	let rt = single();
 	let queue = Queue::unbounded();
