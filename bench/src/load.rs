@@ -11,7 +11,8 @@
 //! each subscriber measures its latency when it reads the frame; every group published in the
 //! window is expected once by every subscription of its track. After a drain (late frames of the
 //! window still count, with their latency) it returns a [`Report`]: frames delivered per second,
-//! latency percentiles (µs), groups expected and present (loss), reconnects.
+//! latency percentiles (µs), groups expected and present (loss), reconnects, and what the
+//! clients' QUIC connections counted on the wire over the window ([`Wire`]).
 //!
 //! Groups are one frame each; the group sequence numbers the frame. A relay that skips a stale
 //! group for a newer one (as moq relays may under congestion) shows it here as loss.
@@ -414,6 +415,57 @@ pub struct Report {
 	pub reconnects: u64,
 	/// Failed connection attempts.
 	pub failures: u64,
+	/// What the clients' connections counted over the window.
+	pub wire: Wire,
+}
+
+/// What the clients' QUIC connections counted over the steady window (quinn-proto's statistics,
+/// read on each connection as the window starts and as it ends): what the relay put on the wire
+/// for the frames it delivered, seen from the other end, so any relay can be compared.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wire {
+	/// Datagrams the clients received: what the relay sent them.
+	pub from_relay: u64,
+	/// Datagrams the clients sent the relay.
+	pub to_relay: u64,
+	/// PING and IMMEDIATE_ACK frames the relay sent: quinn-proto sends one in each probe when a
+	/// probe timeout (PTO) fires; other relays may also send keep-alives.
+	pub relay_probes: u64,
+	/// ACK frames the clients sent.
+	pub client_acks: u64,
+	/// Connections counted: those up for the whole window (a session dialled again in it is left
+	/// out, with its frames still counted in `delivered`; the table shows reconnects).
+	pub connections: usize,
+}
+
+impl Wire {
+	/// The counters of `connection` now, in the order [`Self::add`] takes them.
+	fn read(connection: &moq_quic::Connection) -> [u64; 4] {
+		let stats = connection.stats();
+		[
+			stats.udp_rx.datagrams,
+			stats.udp_tx.datagrams,
+			stats.frame_rx.ping + stats.frame_rx.immediate_ack,
+			stats.frame_tx.acks,
+		]
+	}
+
+	fn add(&mut self, before: [u64; 4], after: [u64; 4]) {
+		let delta = |i: usize| after[i].saturating_sub(before[i]);
+		self.from_relay += delta(0);
+		self.to_relay += delta(1);
+		self.relay_probes += delta(2);
+		self.client_acks += delta(3);
+		self.connections += 1;
+	}
+}
+
+/// Where the run is, for the tasks that count [`Wire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+	Ramp,
+	Steady,
+	Done,
 }
 
 impl Report {
@@ -427,10 +479,15 @@ impl Report {
 		self.delivered as f64 / self.steady.as_secs_f64().max(f64::MIN_POSITIVE)
 	}
 
+	/// `count` per frame delivered in the window.
+	pub fn per_frame(&self, count: u64) -> f64 {
+		count as f64 / self.delivered.max(1) as f64
+	}
+
 	/// One line for people.
 	pub fn summary(&self) -> String {
 		format!(
-			"{}: {} connections, {} subscriptions; {:.0} frames/s delivered over {:.1} s; latency p50 {} µs, p99 {} µs, max {} µs; groups expected {}, present {}, lost {}{}{}; reconnects {}, failed connects {}",
+			"{}: {} connections, {} subscriptions; {:.0} frames/s delivered over {:.1} s; latency p50 {} µs, p99 {} µs, max {} µs; groups expected {}, present {}, lost {}{}{}; reconnects {}, failed connects {}; per delivered frame, {:.3} datagrams from the relay, {:.3} to it, {:.3} probes ({} connections counted)",
 			self.shape,
 			self.connections,
 			self.subscriptions,
@@ -457,6 +514,10 @@ impl Report {
 			},
 			self.reconnects,
 			self.failures,
+			self.per_frame(self.wire.from_relay),
+			self.per_frame(self.wire.to_relay),
+			self.per_frame(self.wire.relay_probes),
+			self.wire.connections,
 		)
 	}
 }
@@ -532,6 +593,10 @@ struct Shared {
 	tallies: Mutex<Vec<(usize, Arc<Mutex<Tally>>)>>,
 	/// Broadcasts announced in all (what a viewer may have to mirror).
 	announced: usize,
+	/// Set by the coordinator as the steady window starts and ends.
+	phase: Producer<Phase>,
+	/// The sum of every counted connection's [`Wire`].
+	wire: Mutex<Wire>,
 }
 
 /// Runs `plan` against `target` on a runtime of its own; `live` is kept current and `events`
@@ -572,6 +637,8 @@ pub fn run(
 		published: (0..tracks).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
 		tallies: Mutex::new(Vec::new()),
 		announced: connections.iter().map(|c| c.publish.len()).sum(),
+		phase: Producer::new(Phase::Ramp),
+		wire: Mutex::new(Wire::default()),
 	});
 	let workers = runtime.workers();
 	let report = runtime.block_on(coordinate(shared, connections, workers, events));
@@ -654,6 +721,7 @@ async fn coordinate(
 	shared.window.start.store(start, Relaxed);
 	shared.window.end.store(end, Relaxed);
 	kio::time::sleep(lead).await;
+	set_phase(&shared, Phase::Steady);
 	notify(Event::SteadyStart);
 	let mut last = (shared.live.delivered.load(Relaxed), now_us());
 	while now_us() < end {
@@ -672,6 +740,7 @@ async fn coordinate(
 			last = (delivered, at);
 		}
 	}
+	set_phase(&shared, Phase::Done);
 	notify(Event::SteadyEnd);
 	kio::time::sleep(plan.drain).await;
 
@@ -683,6 +752,7 @@ async fn coordinate(
 		steady: plan.steady,
 		reconnects: shared.live.reconnects.load(Relaxed),
 		failures: shared.live.failures.load(Relaxed),
+		wire: *shared.wire.lock().expect("no wire counter panics"),
 		..Report::default()
 	};
 	let mut latencies = Vec::new();
@@ -807,7 +877,10 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 				)) as Pin<Box<dyn Future<Output = ()>>>
 			})
 			.collect();
-		let session = race(client.closed(), join_all(watchers));
+		let watching = async {
+			race(join_all(watchers), count_wire(&shared, client.connection())).await;
+		};
+		let session = race(client.closed(), watching);
 		let outcome = race(shared.stop.closed(), session).await;
 		shared.live.connected.fetch_sub(1, Relaxed);
 		ended = true;
@@ -833,6 +906,47 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			Either::Right(Either::Right(())) => {}
 		}
 	}
+}
+
+fn set_phase(shared: &Shared, phase: Phase) {
+	if let Ok(mut current) = shared.phase.write() {
+		*current = phase;
+	}
+}
+
+/// Adds what `connection` counts over the steady window to the shared [`Wire`], if it is up when
+/// the window starts; then waits forever (it runs beside the session and never ends it).
+async fn count_wire(shared: &Shared, connection: &moq_quic::Connection) {
+	let phase = shared.phase.consume();
+	if *phase.read() == Phase::Ramp
+		&& phase
+			.wait(|&p| {
+				if p == Phase::Ramp {
+					Poll::Pending
+				} else {
+					Poll::Ready(())
+				}
+			})
+			.await
+			.is_ok()
+	{
+		let before = Wire::read(connection);
+		if phase
+			.wait(|&p| {
+				if p == Phase::Done {
+					Poll::Ready(())
+				} else {
+					Poll::Pending
+				}
+			})
+			.await
+			.is_ok()
+		{
+			let after = Wire::read(connection);
+			shared.wire.lock().expect("no wire counter panics").add(before, after);
+		}
+	}
+	std::future::pending().await
 }
 
 /// Writes one group of one frame per tick on `track` until the run stops.

@@ -628,6 +628,9 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		"max µs",
 		"lost",
 		"reconnects",
+		"datagrams out/frame",
+		"datagrams in/frame",
+		"probes/frame",
 	] {
 		columns.push(column.into());
 	}
@@ -665,6 +668,15 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 				format!("{:.0}", median_of(runs, |m| m.report.latency_max_us as f64)),
 				runs.iter().map(|m| m.report.lost()).sum::<u64>().to_string(),
 				runs.iter().map(|m| m.report.reconnects).sum::<u64>().to_string(),
+				format!(
+					"{:.3}",
+					median_of(runs, |m| m.report.per_frame(m.report.wire.from_relay))
+				),
+				format!("{:.3}", median_of(runs, |m| m.report.per_frame(m.report.wire.to_relay))),
+				format!(
+					"{:.3}",
+					median_of(runs, |m| m.report.per_frame(m.report.wire.relay_probes))
+				),
 			];
 			if !callgrind {
 				let mib = |bytes: f64| format!("{:.1}", bytes / 1048576.0);
@@ -726,7 +738,11 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		 window after the ramp and a {:.0} s settle, the load generator on {} kio worker(s) of the same \
 		 machine, each client connection on its own UDP socket over loopback. Figures are medians over the \
 		 rounds; `spread` is (max − min)/median of the cost column; `ratio` is to the first relay; `lost` \
-		 and `reconnects` are summed over the rounds; `KiB/connection` is (steady − before) / connections.\n\n\
+		 and `reconnects` are summed over the rounds; `KiB/connection` is (steady − before) / connections. \
+		 `datagrams out/frame` and `datagrams in/frame` are what the clients' QUIC connections \
+		 received from and sent to the relay over the window (quinn-proto's counters, read as it starts \
+		 and ends), per delivered frame; `probes/frame` counts the PING and IMMEDIATE_ACK frames among \
+		 what they received (quinn-proto sends one in each probe when a probe timeout fires).\n\n\
 		 Relays:\n\n{}",
 		if callgrind { "--callgrind " } else { "" },
 		args.load.fps,
