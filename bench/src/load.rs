@@ -431,8 +431,6 @@ pub struct Wire {
 	/// PING and IMMEDIATE_ACK frames the relay sent: quinn-proto sends one in each probe when a
 	/// probe timeout (PTO) fires; other relays may also send keep-alives.
 	pub relay_probes: u64,
-	/// ACK frames the clients sent.
-	pub client_acks: u64,
 	/// Connections counted: those up for the whole window (a session dialled again in it is left
 	/// out, with its frames still counted in `delivered`; the table shows reconnects).
 	pub connections: usize,
@@ -440,22 +438,20 @@ pub struct Wire {
 
 impl Wire {
 	/// The counters of `connection` now, in the order [`Self::add`] takes them.
-	fn read(connection: &moq_quic::Connection) -> [u64; 4] {
+	fn read(connection: &moq_quic::Connection) -> [u64; 3] {
 		let stats = connection.stats();
 		[
 			stats.udp_rx.datagrams,
 			stats.udp_tx.datagrams,
 			stats.frame_rx.ping + stats.frame_rx.immediate_ack,
-			stats.frame_tx.acks,
 		]
 	}
 
-	fn add(&mut self, before: [u64; 4], after: [u64; 4]) {
+	fn add(&mut self, before: [u64; 3], after: [u64; 3]) {
 		let delta = |i: usize| after[i].saturating_sub(before[i]);
 		self.from_relay += delta(0);
 		self.to_relay += delta(1);
 		self.relay_probes += delta(2);
-		self.client_acks += delta(3);
 		self.connections += 1;
 	}
 }
