@@ -437,21 +437,22 @@ pub struct Wire {
 }
 
 impl Wire {
-	/// The counters of `connection` now, in the order [`Self::add`] takes them.
-	fn read(connection: &moq_quic::Connection) -> [u64; 3] {
+	/// `connection`'s counters now (`connections` stays 0).
+	fn sample(connection: &moq_quic::Connection) -> Self {
 		let stats = connection.stats();
-		[
-			stats.udp_rx.datagrams,
-			stats.udp_tx.datagrams,
-			stats.frame_rx.ping + stats.frame_rx.immediate_ack,
-		]
+		Self {
+			from_relay: stats.udp_rx.datagrams,
+			to_relay: stats.udp_tx.datagrams,
+			relay_probes: stats.frame_rx.ping + stats.frame_rx.immediate_ack,
+			connections: 0,
+		}
 	}
 
-	fn add(&mut self, before: [u64; 3], after: [u64; 3]) {
-		let delta = |i: usize| after[i].saturating_sub(before[i]);
-		self.from_relay += delta(0);
-		self.to_relay += delta(1);
-		self.relay_probes += delta(2);
+	/// Adds one connection's counts between two samples.
+	fn add(&mut self, before: Self, after: Self) {
+		self.from_relay += after.from_relay.saturating_sub(before.from_relay);
+		self.to_relay += after.to_relay.saturating_sub(before.to_relay);
+		self.relay_probes += after.relay_probes.saturating_sub(before.relay_probes);
 		self.connections += 1;
 	}
 }
@@ -926,7 +927,7 @@ async fn count_wire(shared: &Shared, connection: &moq_quic::Connection) {
 			.await
 			.is_ok()
 	{
-		let before = Wire::read(connection);
+		let before = Wire::sample(connection);
 		if phase
 			.wait(|&p| {
 				if p == Phase::Done {
@@ -938,7 +939,7 @@ async fn count_wire(shared: &Shared, connection: &moq_quic::Connection) {
 			.await
 			.is_ok()
 		{
-			let after = Wire::read(connection);
+			let after = Wire::sample(connection);
 			shared.wire.lock().expect("no wire counter panics").add(before, after);
 		}
 	}

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bench::counter::median;
-use bench::load::{self, Event, Live, LoadOptions, Report, Shape, Target};
+use bench::load::{self, Event, Live, LoadOptions, Report, Shape, Target, Wire};
 use bench::report::Table;
 use clap::Parser;
 use moq_quic::Verification;
@@ -668,16 +668,14 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 				format!("{:.0}", median_of(runs, |m| m.report.latency_max_us as f64)),
 				runs.iter().map(|m| m.report.lost()).sum::<u64>().to_string(),
 				runs.iter().map(|m| m.report.reconnects).sum::<u64>().to_string(),
-				format!(
-					"{:.3}",
-					median_of(runs, |m| m.report.per_frame(m.report.wire.from_relay))
-				),
-				format!("{:.3}", median_of(runs, |m| m.report.per_frame(m.report.wire.to_relay))),
-				format!(
-					"{:.3}",
-					median_of(runs, |m| m.report.per_frame(m.report.wire.relay_probes))
-				),
 			];
+			let wire: [fn(&Wire) -> u64; 3] = [|w| w.from_relay, |w| w.to_relay, |w| w.relay_probes];
+			for count in wire {
+				row.push(format!(
+					"{:.3}",
+					median_of(runs, |m| m.report.per_frame(count(&m.report.wire)))
+				));
+			}
 			if !callgrind {
 				let mib = |bytes: f64| format!("{:.1}", bytes / 1048576.0);
 				row.push(mib(median_of(runs, |m| m.base_rss as f64)));
