@@ -92,6 +92,10 @@ struct Args {
 	/// Write bench/results/relay.{md,json,svg} (relay-callgrind.{md,json} with --callgrind).
 	#[arg(long)]
 	save: bool,
+	/// Write bench/results/NAME.{md,json} instead, for a run off the defaults (another frame rate,
+	/// say) that must not replace the standard tables.
+	#[arg(long, value_name = "NAME")]
+	save_as: Option<String>,
 	/// Keep the scratch directory (the relays' logs and callgrind dumps, for
 	/// `callgrind_annotate`) and print where it is.
 	#[arg(long)]
@@ -245,9 +249,9 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 
 	let table = table(&args, &relays, &results);
 	println!("{}", table.markdown(&bench::report::revision()));
-	if args.save {
+	if args.save || args.save_as.is_some() {
 		table.save()?;
-		if !args.callgrind && !args.hop {
+		if args.save_as.is_none() && !args.callgrind && !args.hop {
 			let svg = plot(&args.shapes, &relays, &results);
 			std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("results/relay.svg"), svg)?;
 		}
@@ -731,7 +735,7 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		)
 	};
 	let notes = format!(
-		"Written by `cargo run --release -p bench --bin relay -- {}--save` (`just bench-relay`). Load: \
+		"Written by `cargo run --release -p bench --bin relay -- {}`. Load: \
 		 {} fps of one-frame groups of {} bytes on each live track, {} rounds (alternated), a {:.0} s steady \
 		 window after the ramp and a {:.0} s settle, the load generator on {} kio worker(s) of the same \
 		 machine, each client connection on its own UDP socket over loopback. Figures are medians over the \
@@ -742,7 +746,7 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		 and ends), per delivered frame; `probes/frame` counts the PING and IMMEDIATE_ACK frames among \
 		 what they received (quinn-proto sends one in each probe when a probe timeout fires).\n\n\
 		 Relays:\n\n{}",
-		if callgrind { "--callgrind " } else { "" },
+		std::env::args().skip(1).collect::<Vec<_>>().join(" "),
 		args.load.fps,
 		args.load.size,
 		args.rounds,
@@ -765,7 +769,7 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 			.collect::<String>()
 	);
 	Table {
-		name: name.into(),
+		name: args.save_as.clone().unwrap_or_else(|| name.into()),
 		title: title.into(),
 		unit: unit.into(),
 		source: source.into(),
