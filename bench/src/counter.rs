@@ -184,12 +184,18 @@ fn callgrind_total(child_args: &[String], cycles: u64) -> io::Result<u64> {
 /// run its workload); returns the user-space instructions it executed and what it printed on
 /// stdout (a harness's child reports what it did there, such as how many operations it ran).
 pub fn callgrind_run(args: &[String]) -> io::Result<(u64, String)> {
+	callgrind_run_with(&[], args)
+}
+
+/// [`callgrind_run`] with more options for valgrind (`--toggle-collect=FN`, say).
+pub fn callgrind_run_with(valgrind: &[String], args: &[String]) -> io::Result<(u64, String)> {
 	let exe = std::env::current_exe()?;
 	let out = temp_path(args.len() as u64);
 	let output = Command::new("valgrind")
 		.arg("--tool=callgrind")
 		.arg(format!("--callgrind-out-file={}", out.display()))
 		.arg("--quiet")
+		.args(valgrind)
 		.arg(&exe)
 		.args(args)
 		.env(CHILD_ENV, "1")
