@@ -2,9 +2,9 @@
 //! benchmark's traffic, with no runtime, sockets or MoQ around it.
 //!
 //! ```text
-//! cargo run --release -p bench --bin quic-floor                    # 100 viewers, 5 fps, under callgrind
-//! cargo run --release -p bench --bin quic-floor -- --fps 50 --save
-//! cargo run --release -p bench --bin quic-floor -- --native        # the simulation alone, its counts
+//! cargo run --release -p bench --bin quic-floor -- --save          # 100 viewers at 5 and 50 fps, under callgrind
+//! cargo run --release -p bench --bin quic-floor -- --fps 5 --viewers 400
+//! cargo run --release -p bench --bin quic-floor -- --native        # the simulation alone (first rate), its counts
 //! ```
 //!
 //! The relay benchmark's callgrind mode (`bench --bin relay --callgrind`) counts every user-space
@@ -24,13 +24,14 @@
 //! configuration (`moq_quic::Config::with_server` / `with_client`: the relay's transport, TLS 1.3
 //! on ring, CUBIC, MTU discovery as on a UDP socket, GSO batches of
 //! [`moq_quic::DEFAULT_GSO_SEGMENTS`]). After the handshakes and `--warmup` frames, `--frames`
-//! frames at `--fps`: for each frame the relay opens a unidirectional stream to every viewer, gives
-//! it the group's priority (newer first, as the relay does), writes one `--size`-byte chunk (the
-//! group header, the frame header and a 300-byte payload are 310 bytes on the relay benchmark's
-//! traffic), finishes it and sends what quinn-proto produces. Viewers read each stream to its end
-//! and grow the relay's stream allowance as moq-quic clients do (16 at first, 128 once 32
-//! streams have arrived), so the MAX_STREAMS they send match the load generator's. Datagrams
-//! take `--latency` each way and are never lost.
+//! frames at each `--fps` rate (a run and a row each): for each frame the relay opens a
+//! unidirectional stream to every viewer, gives it the group's priority (newer first, as the
+//! relay does), writes one `--size`-byte chunk (the group header, the frame header and a 300-byte
+//! payload are 310 bytes on the relay benchmark's traffic), finishes it and sends what
+//! quinn-proto produces. Viewers read each stream to its end and grow the relay's stream
+//! allowance as moq-quic clients do (16 at first, 128 once 32 streams have arrived), so the
+//! MAX_STREAMS they send match the load generator's. Datagrams take `--latency-us` each way and
+//! are never lost. No publisher: the relay's side starts at its streams to the viewers.
 //!
 //! # What is counted
 //!
@@ -82,7 +83,10 @@ const CHURN_ALLOWANCE: u64 = 128;
 #[derive(Clone, Debug)]
 struct Args {
 	viewers: usize,
+	/// The frame rate the simulation runs at (a child's, or the first of `rates`).
 	fps: u32,
+	/// The frame rates to measure, a row each.
+	rates: Vec<u32>,
 	frames: u64,
 	warmup: u64,
 	size: usize,
@@ -98,6 +102,7 @@ impl Args {
 		let mut out = Self {
 			viewers: 100,
 			fps: 5,
+			rates: vec![5, 50],
 			frames: 50,
 			warmup: 10,
 			size: 310,
@@ -111,7 +116,10 @@ impl Args {
 			let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
 			match arg.as_str() {
 				"--viewers" => out.viewers = number(&value("--viewers")?)?,
-				"--fps" => out.fps = number(&value("--fps")?)?,
+				"--fps" => {
+					out.rates = counter::parse_list(&value("--fps")?, "frame rate")?;
+					out.fps = out.rates.first().copied().unwrap_or(0);
+				}
 				"--frames" => out.frames = number(&value("--frames")?)?,
 				"--warmup" => out.warmup = number(&value("--warmup")?)?,
 				"--size" => out.size = number(&value("--size")?)?,
@@ -124,7 +132,13 @@ impl Args {
 				other => return Err(format!("unknown argument {other:?}\n{HELP}")),
 			}
 		}
-		if out.viewers == 0 || out.fps == 0 || out.frames == 0 || out.size == 0 || out.runs == 0 {
+		if out.viewers == 0
+			|| out.rates.contains(&0)
+			|| out.fps == 0
+			|| out.frames == 0
+			|| out.size == 0
+			|| out.runs == 0
+		{
 			return Err("--viewers, --fps, --frames, --size and --runs must be positive".to_owned());
 		}
 		Ok(out)
@@ -150,7 +164,7 @@ impl Args {
 	}
 }
 
-const HELP: &str = "quic-floor [--viewers 100] [--fps 5] [--frames 50] [--warmup 10] [--size 310] \
+const HELP: &str = "quic-floor [--viewers 100] [--fps 5,50] [--frames 50] [--warmup 10] [--size 310] \
                     [--latency-us 50] [--runs 3] [--native] [--save]";
 
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
@@ -697,6 +711,32 @@ struct RelayFigures {
 /// The commit #15 (relay efficiency) measures against.
 const START: &str = "7ac85c2";
 
+/// Counts `args.runs` runs: the median instructions per delivered frame, the spread
+/// ((max − min) / median) and the last run's outcome.
+fn measure(args: &Args) -> Result<(f64, f64, Outcome), String> {
+	// Each run has its own certificate and TLS randomness: counts differ by a fraction of a
+	// percent between runs.
+	let mut counts = Vec::with_capacity(args.runs);
+	let mut outcome = Outcome::default();
+	for _ in 0..args.runs {
+		let (total, run) = count(args)?;
+		let expected = args.frames * args.viewers as u64;
+		if run.delivered != expected || run.lost != 0 {
+			return Err(format!(
+				"a run delivered {} of {expected} frames with {} lost packets; no figure",
+				run.delivered, run.lost
+			));
+		}
+		counts.push(total as f64 / run.delivered as f64);
+		outcome = run;
+	}
+	let (low, high) = counts
+		.iter()
+		.fold((f64::MAX, f64::MIN), |(low, high), &c| (low.min(c), high.max(c)));
+	let median = counter::median(&mut counts);
+	Ok((median, (high - low) / median, outcome))
+}
+
 fn main() -> ExitCode {
 	let args = match Args::parse(std::env::args().skip(1)) {
 		Ok(args) => args,
@@ -721,34 +761,31 @@ fn main() -> ExitCode {
 		eprintln!("quic-floor: needs valgrind (callgrind counts the relay side alone); --native runs the simulation");
 		return ExitCode::FAILURE;
 	}
-	// Each run has its own certificate and TLS randomness: the counts differ by a fraction of a
-	// percent between runs.
-	let mut counts = Vec::with_capacity(args.runs);
-	let mut outcome = Outcome::default();
-	for _ in 0..args.runs {
-		let (total, run) = match count(&args) {
-			Ok(counted) => counted,
+	let mut rows = Vec::new();
+	let mut at_relay_shape = None;
+	for &fps in &args.rates {
+		let args = Args { fps, ..args.clone() };
+		let (per_frame, spread, outcome) = match measure(&args) {
+			Ok(measured) => measured,
 			Err(e) => {
 				eprintln!("quic-floor: {e}");
 				return ExitCode::FAILURE;
 			}
 		};
-		let expected = args.frames * args.viewers as u64;
-		if run.delivered != expected || run.lost != 0 {
-			eprintln!(
-				"quic-floor: a run delivered {} of {expected} frames with {} lost packets; no figure",
-				run.delivered, run.lost
-			);
-			return ExitCode::FAILURE;
+		eprintln!("quic-floor: {fps} fps: {per_frame:.0} instructions per delivered frame");
+		if args.viewers == 100 && fps == 5 {
+			at_relay_shape = Some(per_frame);
 		}
-		counts.push(total as f64 / run.delivered as f64);
-		outcome = run;
+		rows.push(vec![
+			format!("fanout:1x{} at {fps} fps", args.viewers),
+			format!("{per_frame:.0}"),
+			format!("{:.1}", 100.0 * spread),
+			format!("{:.3}", outcome.sent as f64 / outcome.delivered as f64),
+			format!("{:.3}", outcome.received as f64 / outcome.delivered as f64),
+			outcome.delivered.to_string(),
+		]);
 	}
-	let spread = (counts.iter().copied().fold(f64::MIN, f64::max) - counts.iter().copied().fold(f64::MAX, f64::min))
-		/ counter::median(&mut counts.clone());
-	let per_frame = counter::median(&mut counts);
-	let shape = format!("fanout:1x{} at {} fps", args.viewers, args.fps);
-	let relay = relay_figures();
+	let rates: Vec<String> = args.rates.iter().map(u32::to_string).collect();
 	let mut table = Table {
 		name: "quic-floor".to_owned(),
 		title: "quinn-proto's share of a delivered frame: the relay side of the relay benchmark's traffic, \
@@ -757,13 +794,19 @@ fn main() -> ExitCode {
 		unit: "user-space instructions per delivered frame".to_owned(),
 		source: format!("callgrind, `--toggle-collect={COUNTED_FN}`: only the relay side's calls into quinn-proto"),
 		notes: format!(
-			"`cargo run --release -p bench --bin quic-floor -- {} --runs {}`. One relay endpoint and {} viewer \
-			 endpoints in memory on a simulated clock ({} µs each way, no loss), moq-quic's server and \
-			 client configuration, {} warm-up frames then {} measured, one {}-byte chunk per stream, a \
-			 stream per frame per viewer; the median of {} runs (`spread` is (max − min)/median; \
-			 datagrams are the last run's). What is counted and what is not is in the harness's module \
-			 docs (`bench/src/bin/quic-floor.rs`).",
-			args.child_args()[1..].join(" "),
+			"`cargo run --release -p bench --bin quic-floor -- --viewers {} --fps {} --frames {} --warmup {} \
+			 --size {} --latency-us {} --runs {}`. One relay endpoint and {} viewer endpoints in memory \
+			 on a simulated clock ({} µs each way, no loss), moq-quic's server and client configuration, \
+			 {} warm-up frames then {} measured, one {}-byte chunk per stream, a stream per frame per \
+			 viewer; the median of {} runs (`spread` is (max − min)/median; datagrams are the last \
+			 run's). What is counted and what is not is in the harness's module docs \
+			 (`bench/src/bin/quic-floor.rs`).",
+			args.viewers,
+			rates.join(","),
+			args.frames,
+			args.warmup,
+			args.size,
+			args.latency.as_micros(),
 			args.runs,
 			args.viewers,
 			args.latency.as_micros(),
@@ -780,19 +823,12 @@ fn main() -> ExitCode {
 			"datagrams in/frame".to_owned(),
 			"frames".to_owned(),
 		],
-		rows: vec![vec![
-			shape,
-			format!("{per_frame:.0}"),
-			format!("{:.1}", 100.0 * spread),
-			format!("{:.3}", outcome.sent as f64 / outcome.delivered as f64),
-			format!("{:.3}", outcome.received as f64 / outcome.delivered as f64),
-			outcome.delivered.to_string(),
-		]],
+		rows,
 		after: String::new(),
 	};
-	if let Some(relay) = relay.filter(|_| args.viewers == 100 && args.fps == 5) {
+	if let (Some(relay), Some(per_frame)) = (relay_figures(), at_relay_shape) {
 		table.after = format!(
-			"The whole relay on the same shape (`results/{RELAY_RESULTS}` at {}): {:.0} instructions per \
+			"The whole relay at 5 fps (`results/{RELAY_RESULTS}` at {}): {:.0} instructions per \
 			 delivered frame, of which quinn-proto alone is {:.0}%; the rest, {:.0}, is the relay's \
 			 runtime, UDP I/O, send scheduler and MoQ session.",
 			relay.revision,
