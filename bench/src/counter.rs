@@ -213,8 +213,9 @@ pub fn callgrind_run_with(valgrind: &[String], args: &[String]) -> io::Result<(u
 	Ok((total, String::from_utf8_lossy(&output.stdout).into_owned()))
 }
 
-fn temp_path(cycles: u64) -> PathBuf {
-	std::env::temp_dir().join(format!("bench-callgrind-{}-{cycles}.out", std::process::id()))
+/// A callgrind output file of this process's, told apart from its others by `tag`.
+fn temp_path(tag: u64) -> PathBuf {
+	std::env::temp_dir().join(format!("bench-callgrind-{}-{tag}.out", std::process::id()))
 }
 
 /// The `totals:` (or `summary:`) line of a callgrind output file.

@@ -77,7 +77,7 @@ const MIN_DATAGRAM_OVERHEAD: usize = 20;
 /// [`crate::INITIAL_STREAMS`]. quinn-proto keeps an entry for each allowed stream (some 67 bytes,
 /// dhat), and the peer may then have that many open at once: on the relay's publishers it cost
 /// 53 KiB per connection, so only clients give it.
-const CHURN_ALLOWANCE: u64 = 128;
+pub const CHURN_ALLOWANCE: u64 = 128;
 
 /// A stream id as the scheduler's key, and back.
 fn stream_key(id: StreamId) -> u64 {

@@ -39,7 +39,7 @@ pub mod webtransport;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use connection::{Connection, StreamError, TX_DATAGRAM_BUDGET};
+pub use connection::{CHURN_ALLOWANCE, Connection, StreamError, TX_DATAGRAM_BUDGET};
 pub use endpoint::{Endpoint, EndpointStats};
 pub use limits::{HandshakeBudget, HandshakeStats, Limits};
 #[cfg(feature = "moq")]
