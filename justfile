@@ -55,6 +55,11 @@ bench-relay *REVS:
 bench-relay-callgrind *REVS:
 	cargo run --release -p bench --bin relay -- --callgrind --save $(for rev in {{REVS}}; do printf -- '--rev %s ' "$rev"; done)
 
+# quinn-proto alone on the relay benchmark's fan-out, the relay side counted (callgrind): what
+# any relay on it pays per delivered frame, beside the whole relay's count. bench/results/quic-floor.md.
+bench-quic-floor:
+	cargo run --release -p bench --bin quic-floor -- --save
+
 # kio against compio, monoio and glommio, the same work side by side: bench/results/peers.md.
 bench-peers:
 	cargo run --release --manifest-path bench/peers/Cargo.toml -- --syscalls --callgrind --save
