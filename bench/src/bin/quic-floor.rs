@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p bench --bin quic-floor -- --save          # 100 viewers at 5 and 50 fps, under callgrind
 //! cargo run --release -p bench --bin quic-floor -- --fps 5 --viewers 400
-//! cargo run --release -p bench --bin quic-floor -- --native        # the simulation alone (first rate), its counts
+//! cargo run --release -p bench --bin quic-floor -- --native        # one simulation (first rate and warm-up), its counts
 //! ```
 //!
 //! The relay benchmark's callgrind mode (`bench --bin relay --callgrind`) counts every user-space
@@ -24,7 +24,7 @@
 //! configuration (`moq_quic::Config::with_server` / `with_client`: the relay's transport, TLS 1.3
 //! on ring, CUBIC, MTU discovery as on a UDP socket, GSO batches of
 //! [`moq_quic::DEFAULT_GSO_SEGMENTS`]). After the handshakes and `--warmup` frames, `--frames`
-//! frames at each `--fps` rate (a run and a row each): for each frame the relay opens a
+//! frames at the `--fps` rate (both lists: a row for each pair): for each frame the relay opens a
 //! unidirectional stream to every viewer, gives it the group's priority (newer first, as the
 //! relay does), writes one `--size`-byte chunk (the group header, the frame header and a 300-byte
 //! payload are 310 bytes on the relay benchmark's traffic), finishes it and sends what
