@@ -56,8 +56,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -246,34 +245,16 @@ enum To {
 /// A datagram on its way.
 struct Datagram {
 	at: Instant,
-	seq: u64,
 	to: To,
 	from: SocketAddr,
 	ecn: Option<EcnCodepoint>,
 	data: BytesMut,
 }
 
-impl PartialEq for Datagram {
-	fn eq(&self, other: &Self) -> bool {
-		(self.at, self.seq) == (other.at, other.seq)
-	}
-}
-impl Eq for Datagram {}
-impl PartialOrd for Datagram {
-	fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-		Some(self.cmp(other))
-	}
-}
-impl Ord for Datagram {
-	fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-		(self.at, self.seq).cmp(&(other.at, other.seq))
-	}
-}
-
-/// The network: datagrams in flight, in delivery order.
+/// The network: datagrams in flight, in delivery order. Every datagram takes the same latency
+/// and the clock only moves forward, so the order they were sent in is the order they arrive in.
 struct Net {
-	queue: BinaryHeap<Reverse<Datagram>>,
-	seq: u64,
+	queue: VecDeque<Datagram>,
 	latency: Duration,
 	relay_addr: SocketAddr,
 }
@@ -288,15 +269,13 @@ impl Net {
 		};
 		let segment = transmit.segment_size.unwrap_or(transmit.size);
 		for datagram in buf[..transmit.size].chunks(segment) {
-			self.seq += 1;
-			self.queue.push(Reverse(Datagram {
+			self.queue.push_back(Datagram {
 				at: now + self.latency,
-				seq: self.seq,
 				to,
 				from,
 				ecn: transmit.ecn,
 				data: BytesMut::from(datagram),
-			}));
+			});
 		}
 	}
 }
@@ -596,8 +575,7 @@ fn simulate(args: &Sim) -> Result<Outcome, String> {
 	let mut now = base;
 	let relay_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4443);
 	let mut net = Net {
-		queue: BinaryHeap::new(),
-		seq: 0,
+		queue: VecDeque::new(),
 		latency: args.latency,
 		relay_addr,
 	};
@@ -646,15 +624,14 @@ fn simulate(args: &Sim) -> Result<Outcome, String> {
 	let mut next_frame: Option<Instant> = None;
 	let mut window: Option<(Instant, Instant)> = None;
 	let mut delivered_before = 0;
-	let mut delivered_after = None;
-	// The handshakes must be done within this; the run then lasts its frames and a drain.
+	// The handshakes must be done within this; then the frames take their intervals, and a spare.
 	let deadline = base + Duration::from_secs(30) + interval * (total_frames as u32 + 2);
 
-	loop {
+	let delivered_after = loop {
 		let counted = window.is_some_and(|(from, to)| now >= from && now < to);
 		// Datagrams before timers: a datagram that arrives with its timer due would have reset it.
-		while net.queue.peek().is_some_and(|d| d.0.at <= now) {
-			let Reverse(datagram) = net.queue.pop().expect("peeked");
+		while net.queue.front().is_some_and(|d| d.at <= now) {
+			let datagram = net.queue.pop_front().expect("looked at the front");
 			match datagram.to {
 				To::Relay => relay.receive(counted, now, &mut net, datagram),
 				To::Viewer(i) => viewers[i].receive(now, &mut net, datagram),
@@ -691,29 +668,22 @@ fn simulate(args: &Sim) -> Result<Outcome, String> {
 			frames_sent += 1;
 			next_frame = Some(at + interval);
 		}
-		if let Some((_, to)) = window
-			&& now >= to
-			&& delivered_after.is_none()
-		{
-			delivered_after = Some(viewers.iter().map(|v| v.frames).sum::<u64>());
-		}
-		if delivered_after.is_some() {
-			break;
+		if window.is_some_and(|(_, to)| now >= to) {
+			break viewers.iter().map(|v| v.frames).sum::<u64>();
 		}
 		// The clock jumps to the next thing due, as a paused runtime clock would.
-		let mut next = net.queue.peek().map(|d| d.0.at);
-		let timers = relay
-			.conns
-			.iter()
-			.flatten()
-			.filter_map(|c| c.timer)
+		let next = net
+			.queue
+			.front()
+			.map(|d| d.at)
+			.into_iter()
+			.chain(relay.conns.iter().flatten().filter_map(|c| c.timer))
 			.chain(viewers.iter().filter_map(|v| v.timer))
 			.chain(next_frame.filter(|_| frames_sent < total_frames))
-			.chain(window.map(|(_, to)| to));
-		for at in timers {
-			next = Some(next.map_or(at, |next: Instant| next.min(at)));
-		}
-		let next = next.ok_or("nothing left to happen")?.max(now);
+			.chain(window.map(|(_, to)| to))
+			.min()
+			.ok_or("nothing left to happen")?
+			.max(now);
 		if next > deadline {
 			return Err(format!(
 				"the run did not finish: {} of {} viewers connected, {frames_sent} frames sent",
@@ -722,7 +692,7 @@ fn simulate(args: &Sim) -> Result<Outcome, String> {
 			));
 		}
 		now = next;
-	}
+	};
 	let lost = relay
 		.conns
 		.iter()
@@ -730,7 +700,7 @@ fn simulate(args: &Sim) -> Result<Outcome, String> {
 		.map(|c| c.proto.stats().path.lost_packets)
 		.sum();
 	Ok(Outcome {
-		delivered: delivered_after.unwrap_or(0) - delivered_before,
+		delivered: delivered_after - delivered_before,
 		sent: relay.sent,
 		received: relay.received,
 		lost,
