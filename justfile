@@ -76,8 +76,9 @@ relay:
 bench-model:
 	cargo run --release -p bench --bin fanout -- model --save
 
-# Fuzz moq-net's wire decoders (cargo-fuzz; `cargo install cargo-fuzz`): `just fuzz group 300`
-# runs one target for 300 s, `just fuzz` every target for 10 s. Findings land in
-# moq-net/fuzz/artifacts/; see moq-net/fuzz/README.md.
+# Fuzz what peers send (cargo-fuzz; `cargo install cargo-fuzz`): moq-net's wire decoders,
+# moq-quic's HTTP/3 codec and moq-relay's token check, each crate's targets in its `fuzz/`
+# workspace. `just fuzz group 300` runs one target for 300 s, `just fuzz` every target for 10 s.
+# Findings land in that workspace's artifacts/; see moq-net/fuzz/README.md.
 fuzz TARGET="all" SECONDS="10":
-	cd moq-net/fuzz && for target in $([ "{{TARGET}}" = all ] && cargo fuzz list || echo "{{TARGET}}"); do RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions "$target" -- -max_total_time={{SECONDS}} || exit 1; done
+	for dir in moq-net/fuzz moq-quic/fuzz moq-relay/fuzz; do for target in $(cd $dir && cargo fuzz list); do if [ "{{TARGET}}" = all ] || [ "{{TARGET}}" = "$target" ]; then (cd $dir && RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions "$target" -- -max_total_time={{SECONDS}}) || exit 1; fi; done; done

