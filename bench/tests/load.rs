@@ -11,7 +11,7 @@ use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::Url;
 use moq_relay::config::{Config, Tls};
 use moq_relay::limits::Limits;
-use moq_relay::server::{self, Shutdown};
+use moq_relay::server::{self, Reload, Shutdown};
 
 /// A relay on 127.0.0.1 with one worker, anonymous access; shut down on drop.
 struct Relay {
@@ -42,8 +42,10 @@ impl Relay {
 			cluster: Default::default(),
 		};
 		let (shutdown, watch) = Shutdown::new();
+		let (_, reload) = Reload::new();
 		let (tx, rx) = mpsc::channel();
-		let thread = std::thread::spawn(move || server::run(&config, watch, move |bound| tx.send(bound).unwrap()));
+		let thread =
+			std::thread::spawn(move || server::run(&config, watch, reload, move |bound| tx.send(bound).unwrap()));
 		let bound = rx.recv().expect("the relay started");
 		Self {
 			port: bound.quic.port(),

@@ -66,11 +66,11 @@ pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spa
 pub use sys::{pin_current_thread, process_cpu_time};
 pub use task::{JoinError, JoinHandle, Panic, RemoteJoinHandle, yield_now};
 
-/// Process signals for a server's shutdown: block them everywhere first, then wait for one on a
-/// thread of its own (no handler runs; nothing async-signal-unsafe can happen).
+/// Process signals for a server (shutdown, reload): block them everywhere first, then wait for one
+/// on a thread of its own (no handler runs; nothing async-signal-unsafe can happen).
 pub mod signal {
 	pub use crate::sys::{block_signals, wait_signal};
-	pub use libc::{SIGINT, SIGTERM};
+	pub use libc::{SIGHUP, SIGINT, SIGTERM};
 }
 pub use uring::{IoCounters, RingStats, io_counters};
 pub use waiter::{RECORDS, Waiter, WaiterList, Wakes};

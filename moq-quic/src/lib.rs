@@ -46,7 +46,7 @@ pub use limits::{HandshakeBudget, HandshakeStats, Limits};
 pub use moq::{MoqRecv, MoqSend, closed_code};
 pub use quinn_proto::{ConnectionError, Dir, StreamId, TransportConfig, VarInt};
 pub use stream::{RecvStream, SendStream};
-pub use tls::{Certificate, Verification};
+pub use tls::{Certificate, ServerCertificate, Verification};
 
 /// The ALPN of moq-lite-05 over raw QUIC.
 pub const ALPN_MOQ_LITE_05: &[u8] = b"moq-lite-05";
@@ -177,7 +177,17 @@ impl Config {
 	}
 
 	/// Accepts connections with `certificate`, offering `alpn`.
-	pub fn with_server(mut self, certificate: &Certificate, alpn: &[&[u8]]) -> Result<Self, tls::TlsError> {
+	pub fn with_server(self, certificate: &Certificate, alpn: &[&[u8]]) -> Result<Self, tls::TlsError> {
+		self.with_server_certificate(&ServerCertificate::new(certificate.clone())?, alpn)
+	}
+
+	/// Accepts connections with the certificate `certificate` holds at each handshake (one that
+	/// can be replaced while the endpoint serves), offering `alpn`.
+	pub fn with_server_certificate(
+		mut self,
+		certificate: &ServerCertificate,
+		alpn: &[&[u8]],
+	) -> Result<Self, tls::TlsError> {
 		let crypto = tls::server_crypto(certificate, alpn)?;
 		let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
 		server.transport_config(Arc::new(idle(transport(), self.idle_timeout)));

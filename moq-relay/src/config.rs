@@ -41,6 +41,12 @@ pub const DEFAULT_PORT: u16 = 4443;
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// How long shutdown waits for sessions to close when not told.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often certificate files are read again when not told. A renewal is done days before the
+/// old certificate expires (ACME clients renew with a month left), so a minute is prompt; it also
+/// bounds how long a renewal written in two steps (the chain, then the key), refused in between
+/// because the two do not match, takes to be put in service. Reading two small files a minute
+/// costs nothing.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Every option, as flags and as the file's keys.
 #[derive(Clone, Debug, Default, PartialEq, Parser, Serialize, Deserialize)]
@@ -210,6 +216,12 @@ pub struct TlsOptions {
 	#[arg(id = "tls_key", long = "tls-key", value_name = "FILE")]
 	pub key: Option<PathBuf>,
 
+	/// How often --tls-cert and --tls-key are read again to put a renewed certificate in service
+	/// without a restart, e.g. "1m"; 0 reads them only on SIGHUP (which always does)
+	/// [file: `[tls] reload_interval`] [default: 1m]. Only with --tls-cert.
+	#[arg(id = "tls_reload_interval", long = "tls-reload-interval", value_name = "DURATION")]
+	pub reload_interval: Option<Span>,
+
 	/// A DNS name or IP address of the generated certificate; repeat for more
 	/// [file: `[tls] names`] [default: localhost]. Only without --tls-cert.
 	#[arg(id = "tls_names", long = "tls-name", value_name = "NAME")]
@@ -247,12 +259,14 @@ pub struct AuthOptions {
 /// Where the TLS certificate comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tls {
-	/// PEM files.
+	/// PEM files, read again every `reload_interval` (never when zero) and on SIGHUP.
 	Files {
 		/// The chain, leaf first.
 		cert: PathBuf,
 		/// The private key.
 		key: PathBuf,
+		/// How often the files are read again.
+		reload_interval: Duration,
 	},
 	/// Generated at start, self-signed, for these names.
 	Generate {
@@ -473,7 +487,15 @@ impl Options {
 				if self.tls.names.is_some() {
 					bail!("TLS names are only for a generated certificate, and a certificate file is given");
 				}
-				Tls::Files { cert, key }
+				let reload_interval = self.tls.reload_interval.map_or(DEFAULT_TLS_RELOAD_INTERVAL, |s| s.0);
+				Tls::Files {
+					cert,
+					key,
+					reload_interval,
+				}
+			}
+			(None, None) if self.tls.reload_interval.is_some() => {
+				bail!("a TLS reload interval is only for certificate files, and none is given (--tls-cert)")
 			}
 			(None, None) => {
 				let names = self.tls.names.unwrap_or_else(|| vec!["localhost".to_owned()]);
@@ -808,6 +830,7 @@ mod tests {
 			[tls]
 			cert = "cert.pem"
 			key = "/etc/relay/key.pem"
+			reload_interval = "90s"
 
 			[auth]
 			key = "keys.json"
@@ -828,7 +851,8 @@ mod tests {
 			config.tls,
 			Tls::Files {
 				cert: dir.join("cert.pem"),
-				key: "/etc/relay/key.pem".into()
+				key: "/etc/relay/key.pem".into(),
+				reload_interval: Duration::from_secs(90),
 			}
 		);
 		assert_eq!(config.auth.key_file, Some(dir.join("keys.json")));
@@ -978,6 +1002,7 @@ mod tests {
 				"only for a generated",
 			),
 			(&["--tls-name", ""], "at least one name"),
+			(&["--tls-reload-interval", "1m"], "only for certificate files"),
 			(&["--no-http", "--http-listen", "[::]:1"], "cannot be used with"),
 			(&["--no-anonymous", "--anonymous", "x"], "cannot be used with"),
 			(&["--workers", "0"], "--workers"),
@@ -997,9 +1022,20 @@ mod tests {
 			config.tls,
 			Tls::Files {
 				cert: "c.pem".into(),
-				key: "k.pem".into()
+				key: "k.pem".into(),
+				reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
 			}
 		);
+		let config = load(&[
+			"--tls-cert",
+			"c.pem",
+			"--tls-key",
+			"k.pem",
+			"--tls-reload-interval",
+			"0",
+		])
+		.unwrap();
+		assert!(matches!(config.tls, Tls::Files { reload_interval, .. } if reload_interval.is_zero()));
 	}
 
 	#[test]

@@ -52,7 +52,7 @@ const MAX_LINGER: usize = 64 * 1024;
 
 /// What the endpoints serve, and the server's limits.
 pub struct Routes {
-	fingerprint: String,
+	fingerprint: Rc<dyn Fn() -> String>,
 	metrics: Rc<dyn Fn() -> String>,
 	/// How long an idle connection, or one sending a request or taking a response, may take.
 	pub timeout: Duration,
@@ -65,12 +65,13 @@ pub struct Routes {
 }
 
 impl Routes {
-	/// Serves `fingerprint` (the certificate's lowercase hex SHA-256,
-	/// [`Certificate::fingerprint_hex`](moq_quic::Certificate::fingerprint_hex)) and the exposition `metrics` renders, with a
+	/// Serves what `fingerprint` says at each request (the lowercase hex SHA-256 of the
+	/// certificate in service, [`Certificate::fingerprint_hex`](moq_quic::Certificate::fingerprint_hex):
+	/// it changes when the certificate is renewed) and the exposition `metrics` renders, with a
 	/// 10 s timeout and 256 connections at most.
-	pub fn new(fingerprint: impl Into<String>, metrics: impl Fn() -> String + 'static) -> Self {
+	pub fn new(fingerprint: impl Fn() -> String + 'static, metrics: impl Fn() -> String + 'static) -> Self {
 		Self {
-			fingerprint: fingerprint.into(),
+			fingerprint: Rc::new(fingerprint),
 			metrics: Rc::new(metrics),
 			timeout: Duration::from_secs(10),
 			max_connections: 256,
@@ -114,7 +115,7 @@ impl Routes {
 			// Browsers fetch it from a page on another origin to pin the certificate
 			// (`serverCertificateHashes`): CORS allows them to read it.
 			"/certificate.sha256" => {
-				Response::text(200, self.fingerprint.clone()).header("access-control-allow-origin", "*")
+				Response::text(200, (self.fingerprint)()).header("access-control-allow-origin", "*")
 			}
 			"/metrics" => Response::new(200, metrics::CONTENT_TYPE, (self.metrics)()),
 			_ => Response::text(404, "not found\n"),
@@ -125,7 +126,7 @@ impl Routes {
 impl std::fmt::Debug for Routes {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
 		f.debug_struct("Routes")
-			.field("fingerprint", &self.fingerprint)
+			.field("fingerprint", &(self.fingerprint)())
 			.field("timeout", &self.timeout)
 			.field("max_connections", &self.max_connections)
 			.finish_non_exhaustive()
@@ -551,12 +552,15 @@ mod tests {
 		let addr = listener.local_addr();
 		let scrapes = Rc::new(Cell::new(0));
 		let counter = scrapes.clone();
-		let routes = Routes::new(FINGERPRINT_OF_ABC, move || {
-			counter.set(counter.get() + 1);
-			let mut prom = metrics::Prom::new();
-			prom.counter("scrapes_total", "Scrapes.", counter.get());
-			prom.finish()
-		});
+		let routes = Routes::new(
+			|| FINGERPRINT_OF_ABC.to_owned(),
+			move || {
+				counter.set(counter.get() + 1);
+				let mut prom = metrics::Prom::new();
+				prom.counter("scrapes_total", "Scrapes.", counter.get());
+				prom.finish()
+			},
+		);
 		let task = kio::spawn(serve(listener, Rc::new(configure(routes))));
 		(addr, task, scrapes)
 	}

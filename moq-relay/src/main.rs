@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use moq_relay::config::Config;
-use moq_relay::server::{self, Shutdown};
+use moq_relay::server::{self, Reload, Shutdown};
 
 fn main() -> ExitCode {
 	let config = match Config::load() {
@@ -20,22 +20,29 @@ fn main() -> ExitCode {
 	}
 	// Blocked here, before any worker starts, so every thread inherits the mask and only the
 	// waiting thread below takes them.
-	let signals = [kio::signal::SIGINT, kio::signal::SIGTERM];
+	let signals = [kio::signal::SIGINT, kio::signal::SIGTERM, kio::signal::SIGHUP];
 	if let Err(err) = kio::signal::block_signals(&signals) {
-		eprintln!("moq-relay: blocking SIGINT and SIGTERM: {err}");
+		eprintln!("moq-relay: blocking SIGINT, SIGTERM and SIGHUP: {err}");
 		return ExitCode::FAILURE;
 	}
 	let (shutdown, watch) = Shutdown::new();
+	let (reload, reloads) = Reload::new();
 	std::thread::Builder::new()
 		.name("moq-relay-signals".into())
 		.spawn(move || {
-			if let Ok(signal) = kio::signal::wait_signal(&signals) {
+			while let Ok(signal) = kio::signal::wait_signal(&signals) {
+				if signal == kio::signal::SIGHUP {
+					tracing::info!("SIGHUP: reading the certificate files again");
+					reload.trigger();
+					continue;
+				}
 				tracing::info!(signal, "shutting down");
 				shutdown.trigger();
+				return;
 			}
 		})
 		.expect("spawning the signal thread");
-	let result = server::run(&config, watch, |bound| {
+	let result = server::run(&config, watch, reloads, |bound| {
 		// Written, not println!ed: that panics when stdout is closed (EPIPE), and a banner nobody
 		// reads must not take the relay down with it.
 		use std::io::Write as _;

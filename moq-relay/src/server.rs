@@ -18,12 +18,18 @@
 //! Shutdown: [`Shutdown::trigger`] (the binary calls it on SIGINT or SIGTERM). Every worker stops
 //! accepting, closes its connections with [`SHUTDOWN_CODE`], and waits for them to drain, for at
 //! most the configured deadline; then the runtime ends.
+//!
+//! Certificate files are read again every `[tls] reload_interval` and at [`Reload::trigger`] (the
+//! binary calls it on SIGHUP), on worker 0: a changed pair that loads is put in service for the
+//! handshakes that follow ([`moq_quic::ServerCertificate`]) and at `/certificate.sha256`; one that
+//! does not is logged, counted, and the certificate in service stays. Sessions up are not touched.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
@@ -34,7 +40,7 @@ use moq_net::lite::{ErrorCode, Version};
 use moq_net::model::{Origin, Path, Pool, Route};
 use moq_net::transport::Transport;
 use moq_quic::webtransport;
-use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, h3};
+use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, ServerCertificate, h3};
 use tracing::{debug, info, warn};
 
 use crate::auth::{Auth, Grant};
@@ -53,6 +59,11 @@ pub(crate) struct Shared {
 	pub(crate) relay_id: u64,
 	auth: Auth,
 	quic: moq_quic::Config,
+	/// The certificate handshakes get, replaced when its files change.
+	certificate: ServerCertificate,
+	/// Certificates put in service after the first, and changed files refused.
+	certificate_reloads: AtomicU64,
+	certificate_reload_failures: AtomicU64,
 	pub(crate) pool: Pool,
 	pub(crate) limits: Limits,
 	pub(crate) counters: Arc<Counters>,
@@ -97,6 +108,26 @@ impl Shutdown {
 	}
 }
 
+/// Asks a running relay, from any thread, to read its certificate files again now.
+#[derive(Clone)]
+pub struct Reload(Arc<Producer<u64>>);
+
+impl Reload {
+	/// A trigger, and what [`run`] watches (how many times it was pulled).
+	pub fn new() -> (Self, Consumer<u64>) {
+		let producer = Producer::new(0);
+		let consumer = producer.consume();
+		(Self(Arc::new(producer)), consumer)
+	}
+
+	/// Asks for a reload; several before the relay gets to it make one.
+	pub fn trigger(&self) {
+		if let Ok(mut pulls) = self.0.write() {
+			*pulls += 1;
+		}
+	}
+}
+
 /// Where a started relay listens.
 #[derive(Clone, Debug)]
 pub struct Bound {
@@ -108,14 +139,27 @@ pub struct Bound {
 	pub fingerprint: String,
 }
 
-/// Loads or generates the certificate the configuration asks for.
-pub fn certificate(config: &Config) -> anyhow::Result<Certificate> {
-	match &config.tls {
-		Tls::Files { cert, key } => Certificate::from_pem_files(cert, key).context("loading the TLS certificate"),
+/// Loads or generates the certificate the configuration asks for; with the files it was read from,
+/// to be read again.
+fn certificate(tls: &Tls) -> anyhow::Result<(Certificate, Option<(CertificateFiles, Duration)>)> {
+	match tls {
+		Tls::Files {
+			cert,
+			key,
+			reload_interval,
+		} => {
+			let mut files = CertificateFiles::new(cert.clone(), key.clone());
+			let certificate = files
+				.changed()
+				.context("loading the TLS certificate")?
+				.context("the TLS certificate files read as unchanged before their first read")?;
+			Ok((certificate, Some((files, *reload_interval))))
+		}
 		Tls::Generate { names } => {
 			let names: Vec<&str> = names.iter().map(String::as_str).collect();
-			Certificate::self_signed(&names, moq_quic::tls::MAX_SELF_SIGNED_VALIDITY)
-				.context("generating a self-signed certificate")
+			let certificate = Certificate::self_signed(&names, moq_quic::tls::MAX_SELF_SIGNED_VALIDITY)
+				.context("generating a self-signed certificate")?;
+			Ok((certificate, None))
 		}
 	}
 }
@@ -137,12 +181,19 @@ fn relay_id() -> u64 {
 
 /// Runs a relay on the calling thread until `shutdown` is triggered and its connections drained.
 /// `bound` hears where it listens once every worker is serving.
-pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -> anyhow::Result<()> {
-	let certificate = certificate(config)?;
+pub fn run(
+	config: &Config,
+	shutdown: Consumer<()>,
+	reload: Consumer<u64>,
+	bound: impl FnOnce(Bound),
+) -> anyhow::Result<()> {
+	let (certificate, files) = certificate(&config.tls)?;
+	warn_of_expiry(&certificate);
+	let certificate = ServerCertificate::new(certificate).context("TLS certificate")?;
 	let auth = Auth::new(&config.auth)?;
 	let limits = config.limits;
 	let quic = moq_quic::Config::new()
-		.with_server(
+		.with_server_certificate(
 			&certificate,
 			&[
 				Version::Lite05.alpn(),
@@ -181,6 +232,9 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		origin,
 		auth,
 		quic,
+		certificate,
+		certificate_reloads: AtomicU64::new(0),
+		certificate_reload_failures: AtomicU64::new(0),
 		pool: Pool::new(config.cache_size),
 		limits,
 		counters: Arc::new(Counters::default()),
@@ -199,7 +253,7 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		endpoints: Mutex::new(vec![EndpointStats::default(); config.workers]),
 		monitors: (0..config.workers).filter_map(|i| runtime.monitor(i)).collect(),
 	});
-	let fingerprint = certificate.fingerprint_hex();
+	let fingerprint = moq_quic::tls::hex(&shared.certificate.fingerprint());
 	let listen = config.listen;
 	let http_addr = config.http;
 	runtime.block_on(async move {
@@ -242,10 +296,14 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 				.with_context(|| format!("binding TCP {addr} for HTTP"))?;
 				let bound_addr = listener.local_addr();
 				let metrics_shared = shared.clone();
+				let served = shared.certificate.clone();
 				let routes = Rc::new(
-					Routes::new(fingerprint.clone(), move || render_metrics(&metrics_shared))
-						.with_max_connections(limits.http_connections)
-						.with_client_limits(limits.http_per_ip, limits.http_head_timeout),
+					Routes::new(
+						move || moq_quic::tls::hex(&served.fingerprint()),
+						move || render_metrics(&metrics_shared),
+					)
+					.with_max_connections(limits.http_connections)
+					.with_client_limits(limits.http_per_ip, limits.http_head_timeout),
 				);
 				Some((kio::spawn(http::serve(listener, routes)), bound_addr))
 			}
@@ -261,6 +319,8 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 			.map(|(_, addr)| addr.to_string())
 			.unwrap_or_else(|| "none".into());
 		info!(relay = shared.relay_id, workers = kio::worker_count(), %quic_addr, %http_addr, "serving");
+		let reloads =
+			files.map(|(files, interval)| kio::spawn(keep_certificate(shared.clone(), files, interval, reload)));
 		serve_worker(shared, endpoint, 0, verification, shutdown).await;
 		for worker in workers {
 			let _ = worker.await;
@@ -268,9 +328,135 @@ pub fn run(config: &Config, shutdown: Consumer<()>, bound: impl FnOnce(Bound)) -
 		if let Some((task, _)) = http {
 			task.abort();
 		}
+		if let Some(task) = reloads {
+			task.abort();
+		}
 		info!("stopped");
 		Ok(())
 	})
+}
+
+/// The certificate files, and what they held when last read.
+struct CertificateFiles {
+	cert: std::path::PathBuf,
+	key: std::path::PathBuf,
+	/// Their bytes at the last read, loaded or refused: a renewal is what differs from them, so a
+	/// refused pair is reported once, not at every check, and a file rewritten with the same
+	/// bytes (or touched) changes nothing. Contents, not modification times: a copy that keeps
+	/// the old time, or two writes within the file system's clock tick, still count.
+	last: Option<(Vec<u8>, Vec<u8>)>,
+	/// The last read failed (a file missing while it is replaced, say): reported once, until a
+	/// read succeeds again.
+	unreadable: bool,
+}
+
+impl CertificateFiles {
+	/// The files, not read yet: the first [`changed`](Self::changed) loads them.
+	fn new(cert: std::path::PathBuf, key: std::path::PathBuf) -> Self {
+		Self {
+			cert,
+			key,
+			last: None,
+			unreadable: false,
+		}
+	}
+
+	/// The certificate the files hold now if they changed since the last read, `None` if they did
+	/// not (or could not be read, again); an error if they changed and do not load, or cannot be
+	/// read for the first time since they last could.
+	fn changed(&mut self) -> anyhow::Result<Option<Certificate>> {
+		// Blocking reads, on a worker: two files of a few KiB, a minute apart at most.
+		let read = |path: &std::path::Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+		let (cert, key) = match read(&self.cert).and_then(|cert| Ok((cert, read(&self.key)?))) {
+			Ok(both) => both,
+			Err(_) if self.unreadable => return Ok(None),
+			Err(e) => {
+				self.unreadable = true;
+				return Err(e);
+			}
+		};
+		self.unreadable = false;
+		if self.last.as_ref().is_some_and(|(c, k)| *c == cert && *k == key) {
+			return Ok(None);
+		}
+		let loaded = Certificate::from_pem(&cert, &key);
+		self.last = Some((cert, key));
+		let certificate = loaded.map_err(|(which, e)| {
+			let path = [&self.cert, &self.key][which];
+			anyhow::Error::new(e).context(path.display().to_string())
+		})?;
+		Ok(Some(certificate))
+	}
+}
+
+/// Reads the certificate files again every `interval` (zero: never) and at each reload request,
+/// putting a changed certificate in service (see the module docs).
+async fn keep_certificate(shared: Arc<Shared>, mut files: CertificateFiles, interval: Duration, reload: Consumer<u64>) {
+	let mut pulls = *reload.read();
+	let mut asking = true;
+	loop {
+		let requested = async {
+			match asking {
+				true => {
+					reload
+						.wait(|n| if *n != pulls { Poll::Ready(*n) } else { Poll::Pending })
+						.await
+				}
+				false => std::future::pending().await,
+			}
+		};
+		let every = async {
+			match interval.is_zero() {
+				true => std::future::pending().await,
+				false => kio::time::sleep(interval).await,
+			}
+		};
+		match race(requested, every).await {
+			Either::Left(Ok(n)) => pulls = n,
+			// Nobody can ask any more: the timer alone, if there is one.
+			Either::Left(Err(_)) if interval.is_zero() => return,
+			Either::Left(Err(_)) => {
+				asking = false;
+				continue;
+			}
+			Either::Right(()) => {}
+		}
+		let refused = |e: anyhow::Error| {
+			shared.certificate_reload_failures.fetch_add(1, Ordering::Relaxed);
+			warn!(
+				error = format!("{e:#}"),
+				"renewed TLS certificate refused; the one in service stays"
+			);
+		};
+		match files.changed() {
+			Ok(None) => {}
+			Ok(Some(certificate)) => {
+				let fingerprint = certificate.fingerprint_hex();
+				warn_of_expiry(&certificate);
+				match shared.certificate.replace(certificate) {
+					Ok(()) => {
+						shared.certificate_reloads.fetch_add(1, Ordering::Relaxed);
+						info!(%fingerprint, "TLS certificate renewed");
+					}
+					Err(e) => refused(e.into()),
+				}
+			}
+			Err(e) => refused(e),
+		}
+	}
+}
+
+/// Logs a warning when `certificate` has less than a week left, or none.
+fn warn_of_expiry(certificate: &Certificate) {
+	const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+	let Some(not_after) = certificate.not_after() else {
+		return;
+	};
+	match not_after.duration_since(SystemTime::now()) {
+		Ok(left) if left >= WEEK => {}
+		Ok(left) => warn!(hours = left.as_secs() / 3600, "the TLS certificate expires soon"),
+		Err(_) => warn!("the TLS certificate has expired; browsers and verifying clients refuse it"),
+	}
 }
 
 /// One worker: accept, serve, keep its share of the cluster links up, and at shutdown close and
@@ -778,7 +964,25 @@ fn render_metrics(shared: &Shared) -> String {
 		"moq_relay_budget_refusals_total",
 		"Requests, streams and groups refused or cut because a budget was spent.",
 		load(&counters.budget_refusals),
+	)
+	.counter(
+		"moq_relay_certificate_reloads_total",
+		"Renewed TLS certificates put in service from the certificate files.",
+		load(&shared.certificate_reloads),
+	)
+	.counter(
+		"moq_relay_certificate_reload_failures_total",
+		"Changed or unreadable certificate files refused (the certificate in service stays).",
+		load(&shared.certificate_reload_failures),
 	);
+	let not_after = shared.certificate.not_after();
+	if let Some(seconds) = not_after.and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok()) {
+		prom.gauge(
+			"moq_relay_certificate_expiry_timestamp_seconds",
+			"When the TLS certificate in service expires (its notAfter, Unix time).",
+			seconds.as_secs(),
+		);
+	}
 	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
 	let monitors = &shared.monitors;
 	let workers: Vec<String> = (0..endpoints.len()).map(|i| i.to_string()).collect();
@@ -884,6 +1088,52 @@ mod tests {
 		assert_eq!(escaped("/a?jwt=x"), "/a?jwt=x");
 		assert_eq!(escaped(&"x".repeat(1000)).chars().count(), 257);
 		assert_eq!(escaped("\u{1b}[31m"), "\\u{1b}[31m");
+	}
+
+	#[test]
+	fn certificate_files_report_a_renewal_once_and_a_broken_or_missing_pair_once() {
+		use moq_quic::Certificate;
+		let dir = std::env::temp_dir().join(format!("moq-relay-certificate-files-{}", std::process::id()));
+		std::fs::create_dir_all(&dir).unwrap();
+		let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+		let write = |certificate: &Certificate| {
+			let (chain, private) = certificate.to_pem();
+			std::fs::write(&cert, chain).unwrap();
+			std::fs::write(&key, private).unwrap();
+		};
+		let generate = || Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
+		let (first, second) = (generate(), generate());
+		write(&first);
+		let mut files = super::CertificateFiles::new(cert.clone(), key.clone());
+		let fingerprint = |changed: anyhow::Result<Option<Certificate>>| changed.unwrap().map(|c| c.fingerprint());
+
+		// Loaded at the first read; then read again, and rewritten with the same bytes: no change.
+		assert_eq!(fingerprint(files.changed()), Some(first.fingerprint()));
+		assert_eq!(fingerprint(files.changed()), None);
+		write(&first);
+		assert_eq!(fingerprint(files.changed()), None);
+
+		// A key that is not PEM: refused, and reported once.
+		std::fs::write(&key, "not a key").unwrap();
+		assert!(files.changed().is_err());
+		assert_eq!(
+			fingerprint(files.changed()),
+			None,
+			"the same broken pair is reported once"
+		);
+
+		// A missing file, once, until the files read again.
+		std::fs::remove_file(&key).unwrap();
+		assert!(files.changed().is_err());
+		assert_eq!(fingerprint(files.changed()), None);
+
+		write(&second);
+		assert_eq!(fingerprint(files.changed()), Some(second.fingerprint()));
+		assert_eq!(fingerprint(files.changed()), None, "one renewal, reported once");
+		// Back to bytes seen before is a change too.
+		write(&first);
+		assert_eq!(fingerprint(files.changed()), Some(first.fingerprint()));
+		std::fs::remove_dir_all(&dir).unwrap();
 	}
 
 	#[test]

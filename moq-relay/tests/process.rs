@@ -1,13 +1,14 @@
 //! The relay binary as a process: it prints where it listens, serves, and on SIGTERM or SIGINT
-//! closes its sessions and exits 0; `--help` works; a configuration that lets nobody in is
-//! refused before anything starts.
+//! closes its sessions and exits 0; on SIGHUP, and every reload interval, it puts renewed
+//! certificate files in service; `--help` works; a configuration that lets nobody in is refused
+//! before anything starts.
 //!
 //! Waiting for a child process with a bound has no signal std offers: [`exit_within`] polls
 //! `try_wait` every 20 ms (the poll observes the exit, it does not stand in for one).
 
 mod common;
 
-use common::{KeyFile, RELAY, Running, lines, metric_until_at, runtime, spawn_relay, within};
+use common::{KeyFile, RELAY, Running, lines, metric_at, metric_until_at, runtime, spawn_relay, within};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use moq_net::lite::ErrorCode;
 use moq_net::model::Origin;
-use moq_quic::{ConnectionError, Verification};
+use moq_quic::{Certificate, ConnectionError, Verification};
 use moq_relay::client::{self, Url};
 use moq_relay::http;
 
@@ -302,4 +303,170 @@ fn a_viewer_of_a_relay_that_is_killed_reconnects_to_another_of_the_cluster_and_c
 	assert!(stderr.contains(&through_c), "{stderr}");
 	let _ = publisher.kill();
 	let _ = publisher.wait();
+}
+
+/// A directory of certificate files, removed on drop.
+struct CertificateDir(std::path::PathBuf);
+
+impl CertificateDir {
+	fn new(test: &str) -> Self {
+		let dir = std::env::temp_dir().join(format!("moq-relay-{test}-{}", std::process::id()));
+		std::fs::create_dir_all(&dir).unwrap();
+		Self(dir)
+	}
+
+	fn cert(&self) -> String {
+		self.0.join("cert.pem").display().to_string()
+	}
+
+	fn key(&self) -> String {
+		self.0.join("key.pem").display().to_string()
+	}
+
+	/// Writes `certificate`'s chain and key, as a renewal does.
+	fn write(&self, certificate: &Certificate) {
+		let (chain, key) = certificate.to_pem();
+		std::fs::write(self.cert(), chain).unwrap();
+		std::fs::write(self.key(), key).unwrap();
+	}
+}
+
+impl Drop for CertificateDir {
+	fn drop(&mut self) {
+		let _ = std::fs::remove_dir_all(&self.0);
+	}
+}
+
+fn generated() -> Certificate {
+	Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap()
+}
+
+/// What `/certificate.sha256` serves now.
+async fn served_fingerprint(http: SocketAddr) -> String {
+	within(LIMIT, "/certificate.sha256", http::get(http, "/certificate.sha256"))
+		.await
+		.expect("GET /certificate.sha256")
+		.body
+}
+
+/// A client of `relay` on `endpoint` that trusts only `certificate`, publishing `publish` or
+/// mirroring the relay's announcements into `subscribe`.
+async fn pinned_client(
+	relay: &Running,
+	endpoint: &moq_quic::Endpoint,
+	certificate: &Certificate,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> anyhow::Result<client::Client> {
+	let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
+	let pinned = Verification::Fingerprints(vec![certificate.fingerprint()]);
+	let connect = client::connect(
+		endpoint,
+		relay.quic,
+		&url,
+		&pinned,
+		publish.or(subscribe).map_or(9, Origin::id),
+		publish.map(Origin::consumer),
+		subscribe.map(Origin::producer),
+	);
+	within(LIMIT, "connecting", connect).await
+}
+
+#[test]
+fn renewed_certificate_files_go_in_service_on_sighup_and_sessions_up_keep_going() {
+	let dir = CertificateDir::new("sighup");
+	let (first, second) = (generated(), generated());
+	dir.write(&first);
+	// No periodic reads: only the signal reloads.
+	let relay = Running::start_with(&[
+		"--tls-cert",
+		&dir.cert(),
+		"--tls-key",
+		&dir.key(),
+		"--tls-reload-interval",
+		"0",
+	]);
+	assert_eq!(relay.fingerprint, first.fingerprint_hex());
+	runtime().block_on(async {
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		// A publisher that connected under the first certificate.
+		let publisher_origin = Origin::new(1);
+		let (_broadcast, track, _publication) = common::local_broadcast(&publisher_origin, "bbb");
+		let _publisher = pinned_client(&relay, &endpoint, &first, Some(&publisher_origin), None)
+			.await
+			.unwrap();
+		assert_eq!(served_fingerprint(relay.http).await, first.fingerprint_hex());
+
+		// A renewal half written (the new chain with the old key): refused, counted, the first
+		// certificate stays in service.
+		let (chain, _) = second.to_pem();
+		std::fs::write(dir.cert(), chain).unwrap();
+		relay.signal("HUP");
+		let failures = "moq_relay_certificate_reload_failures_total";
+		metric_until_at(LIMIT, relay.http, failures, |n| n == 1).await;
+		assert_eq!(served_fingerprint(relay.http).await, first.fingerprint_hex());
+		assert_eq!(metric_at(relay.http, "moq_relay_certificate_reloads_total").await, 0);
+		let viewer_origin = Origin::new(2);
+		let viewer = pinned_client(&relay, &endpoint, &first, None, Some(&viewer_origin)).await;
+		drop(viewer.expect("the first certificate is still presented"));
+
+		// The whole renewal: in service from the next handshake and at /certificate.sha256.
+		dir.write(&second);
+		relay.signal("HUP");
+		metric_until_at(LIMIT, relay.http, "moq_relay_certificate_reloads_total", |n| n == 1).await;
+		assert_eq!(served_fingerprint(relay.http).await, second.fingerprint_hex());
+		assert_eq!(metric_at(relay.http, failures).await, 1);
+		let expiry = metric_at(relay.http, "moq_relay_certificate_expiry_timestamp_seconds").await;
+		let not_after = second
+			.not_after()
+			.unwrap()
+			.duration_since(std::time::UNIX_EPOCH)
+			.unwrap();
+		assert_eq!(expiry, not_after.as_secs());
+		assert!(
+			pinned_client(&relay, &endpoint, &first, None, Some(&Origin::new(3)))
+				.await
+				.is_err(),
+			"a client pinned to the old certificate connected after the renewal"
+		);
+
+		// The publisher from before the renewal still delivers, to a viewer from after it.
+		let viewer_origin = Origin::new(4);
+		let _viewer = pinned_client(&relay, &endpoint, &second, None, Some(&viewer_origin))
+			.await
+			.unwrap();
+		let mut cursor = common::announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", common::sub())
+			.unwrap();
+		track.used().await;
+		common::publish(&track, 0);
+		let got = within(LIMIT, "the group", common::take(&mut cursor, 1)).await;
+		assert_eq!(got, vec![(0, 0)]);
+	});
+}
+
+#[test]
+fn renewed_certificate_files_are_found_without_a_signal() {
+	let dir = CertificateDir::new("interval");
+	let (first, second) = (generated(), generated());
+	dir.write(&first);
+	let relay = Running::start_with(&[
+		"--tls-cert",
+		&dir.cert(),
+		"--tls-key",
+		&dir.key(),
+		"--tls-reload-interval",
+		"50ms",
+	]);
+	runtime().block_on(async {
+		assert_eq!(served_fingerprint(relay.http).await, first.fingerprint_hex());
+		let endpoint = client::endpoint(relay.quic).unwrap();
+		dir.write(&second);
+		metric_until_at(LIMIT, relay.http, "moq_relay_certificate_reloads_total", |n| n == 1).await;
+		assert_eq!(served_fingerprint(relay.http).await, second.fingerprint_hex());
+		pinned_client(&relay, &endpoint, &second, None, Some(&Origin::new(2)))
+			.await
+			.expect("the renewed certificate is presented");
+	});
 }

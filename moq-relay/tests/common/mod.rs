@@ -22,7 +22,7 @@ use moq_relay::client::{self, Client, Url};
 use moq_relay::config::{Cluster, Config, Tls};
 use moq_relay::limits::Limits;
 use moq_relay::race::{Either, race};
-use moq_relay::server::{self, Bound, Shutdown};
+use moq_relay::server::{self, Bound, Reload, Shutdown};
 
 /// A relay running on threads of its own; shut down and joined on drop.
 pub(crate) struct Relay {
@@ -116,8 +116,10 @@ impl Relay {
 			cluster,
 		};
 		let (shutdown, watch) = Shutdown::new();
+		let (_, reload) = Reload::new();
 		let (tx, rx) = mpsc::channel();
-		let thread = std::thread::spawn(move || server::run(&config, watch, move |bound| tx.send(bound).unwrap()));
+		let thread =
+			std::thread::spawn(move || server::run(&config, watch, reload, move |bound| tx.send(bound).unwrap()));
 		let bound = rx.recv().expect("the relay started");
 		Self {
 			bound,
