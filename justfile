@@ -80,5 +80,21 @@ bench-model:
 # moq-quic's HTTP/3 codec and moq-relay's token check, each crate's targets in its `fuzz/`
 # workspace. `just fuzz group 300` runs one target for 300 s, `just fuzz` every target for 10 s.
 # Findings land in that workspace's artifacts/; see moq-net/fuzz/README.md.
+# A target name that matches none, or cargo-fuzz missing, is an error, not a run of nothing.
 fuzz TARGET="all" SECONDS="10":
-	for dir in moq-net/fuzz moq-quic/fuzz moq-relay/fuzz; do for target in $(cd $dir && cargo fuzz list); do if [ "{{TARGET}}" = all ] || [ "{{TARGET}}" = "$target" ]; then (cd $dir && RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions "$target" -- -max_total_time={{SECONDS}}) || exit 1; fi; done; done
+	#!/usr/bin/env bash
+	set -euo pipefail
+	ran=0
+	for dir in moq-net/fuzz moq-quic/fuzz moq-relay/fuzz; do
+		targets=$(cd "$dir" && cargo fuzz list)
+		for target in $targets; do
+			if [ "{{TARGET}}" = all ] || [ "{{TARGET}}" = "$target" ]; then
+				(cd "$dir" && RUSTC_BOOTSTRAP=1 cargo fuzz run --debug-assertions "$target" -- -max_total_time={{SECONDS}})
+				ran=$((ran + 1))
+			fi
+		done
+	done
+	if [ "$ran" = 0 ]; then
+		echo "no fuzz target named {{TARGET}}" >&2
+		exit 1
+	fi

@@ -272,6 +272,9 @@ impl Settings {
 		while !payload.is_empty() {
 			let id = get_varint(&mut payload).map_err(|_| Error::Settings)?;
 			let value = get_varint(&mut payload).map_err(|_| Error::Settings)?;
+			if is_http2_only(id) {
+				return Err(Error::Settings);
+			}
 			if !is_grease(id) {
 				settings.push((id, value));
 			}
@@ -283,6 +286,12 @@ impl Settings {
 		}
 		Ok(Self(settings))
 	}
+}
+
+/// HTTP/2's setting identifiers that HTTP/3 has no counterpart for (RFC 9114 §7.2.4.1, §11.2.2):
+/// reserved, and a SETTINGS frame with one is a connection error (H3_SETTINGS_ERROR).
+pub fn is_http2_only(id: u64) -> bool {
+	matches!(id, 0x00 | 0x02..=0x05)
 }
 
 /// QPACK's static table (RFC 9204 Appendix A): index, name, value.
@@ -926,6 +935,22 @@ mod tests {
 		assert_eq!(Settings::decode(&payload), Err(Error::Settings));
 		// Repeated GREASE is still skipped, not refused.
 		assert_eq!(Settings::decode(&[0x21, 0x01, 0x21, 0x02]), Ok(Settings::default()));
+	}
+
+	#[test]
+	fn http2_only_settings_are_refused_and_their_neighbours_kept() {
+		for id in [0x00, 0x02, 0x03, 0x04, 0x05] {
+			assert_eq!(
+				Settings::decode(&[0x33, 0x01, id, 0x00]),
+				Err(Error::Settings),
+				"{id:#x}"
+			);
+		}
+		// 0x01 and 0x06 have HTTP/3 meanings (QPACK's table capacity, the field section size).
+		assert_eq!(
+			Settings::decode(&[0x01, 0x00, 0x06, 0x10]),
+			Ok(Settings(vec![(0x01, 0x00), (0x06, 0x10)]))
+		);
 	}
 
 	#[test]

@@ -83,24 +83,58 @@ const LINGER_MAX: Duration = Duration::from_secs(1);
 /// dropped as they arrive, never held.
 const MAX_SETTINGS: usize = 4 << 10;
 
-/// A stream's bytes as they arrive, parsed from the front.
-struct Reader {
-	stream: RecvStream,
-	buf: Vec<u8>,
+/// Where a [`Reader`]'s bytes come from: a stream, or a test's chunks.
+trait Chunks {
+	/// The next chunk; `None` at the end.
+	async fn next_chunk(&mut self) -> Result<Option<Bytes>, StreamError>;
 }
 
-impl Reader {
-	fn new(stream: RecvStream) -> Self {
+impl Chunks for RecvStream {
+	async fn next_chunk(&mut self) -> Result<Option<Bytes>, StreamError> {
+		self.read().await
+	}
+}
+
+/// A stream's bytes as they arrive, parsed from the front.
+///
+/// Parsed bytes are passed over (`pos`), not removed: they are dropped only when the next chunk
+/// is appended, and what is left then is less than the item being waited for. A chunk can be as
+/// long as the stream's receive window (quinn-proto merges a stream's small buffered chunks into
+/// one, as when a peer fills a gap it left before many tiny frames): removing each varint from
+/// the front as it was parsed moved the rest of the chunk every time, quadratic in its length
+/// (1 MiB of two-byte reserved frames: two varints a frame, 2 × 524,288 moves of half a MiB on
+/// average, 5.5e11 bytes).
+struct Reader<S = RecvStream> {
+	stream: S,
+	buf: Vec<u8>,
+	/// `buf[..pos]` is parsed.
+	pos: usize,
+	/// Bytes moved to the front of `buf` so far: what the test of linearity counts.
+	#[cfg(test)]
+	moved: usize,
+}
+
+impl<S: Chunks> Reader<S> {
+	fn new(stream: S) -> Self {
 		Self {
 			stream,
 			buf: Vec::new(),
+			pos: 0,
+			#[cfg(test)]
+			moved: 0,
 		}
+	}
+
+	/// What is read and not parsed yet.
+	fn unparsed(&self) -> &[u8] {
+		&self.buf[self.pos..]
 	}
 
 	/// Reads one more chunk; false at the end of the stream.
 	async fn fill(&mut self) -> Result<bool, StreamError> {
-		match self.stream.read().await? {
+		match self.stream.next_chunk().await? {
 			Some(chunk) => {
+				self.compact();
 				self.buf.extend_from_slice(&chunk);
 				Ok(true)
 			}
@@ -108,13 +142,31 @@ impl Reader {
 		}
 	}
 
+	/// Drops what is parsed, moving what is not to the front.
+	fn compact(&mut self) {
+		if self.pos == 0 {
+			return;
+		}
+		#[cfg(test)]
+		{
+			self.moved += self.buf.len() - self.pos;
+		}
+		self.buf.drain(..self.pos);
+		self.pos = 0;
+	}
+
+	/// Drops everything read so far.
+	fn discard(&mut self) {
+		self.buf.clear();
+		self.pos = 0;
+	}
+
 	/// The next varint; `None` at the end of the stream.
 	async fn varint(&mut self) -> Result<Option<u64>, StreamError> {
 		loop {
-			let mut view = self.buf.as_slice();
+			let mut view = self.unparsed();
 			if let Ok(value) = h3::get_varint(&mut view) {
-				let used = self.buf.len() - view.len();
-				self.buf.drain(..used);
+				self.pos = self.buf.len() - view.len();
 				return Ok(Some(value));
 			}
 			if !self.fill().await? {
@@ -137,23 +189,28 @@ impl Reader {
 		if len > limit as u64 {
 			return Err(ReadError::Protocol(h3::Error::TooLong));
 		}
-		while self.buf.len() < len as usize {
+		let len = len as usize;
+		while self.unparsed().len() < len {
 			if !self.fill().await? {
 				return Ok(None);
 			}
 		}
-		Ok(Some(self.buf.drain(..len as usize).collect()))
+		let payload = self.unparsed()[..len].to_vec();
+		self.pos += len;
+		Ok(Some(payload))
 	}
 
 	/// Drops `len` bytes as they arrive, holding none of them; false at the end of the stream.
 	async fn skip(&mut self, mut len: u64) -> Result<bool, StreamError> {
 		loop {
-			let take = len.min(self.buf.len() as u64) as usize;
-			self.buf.drain(..take);
+			let take = len.min(self.unparsed().len() as u64) as usize;
+			self.pos += take;
 			len -= take as u64;
 			if len == 0 {
 				return Ok(true);
 			}
+			// All read is parsed: nothing to keep.
+			self.discard();
 			if !self.fill().await? {
 				return Ok(false);
 			}
@@ -161,7 +218,8 @@ impl Reader {
 	}
 
 	/// The stream, and the bytes read past what was parsed.
-	fn into_parts(self) -> (RecvStream, Bytes) {
+	fn into_parts(mut self) -> (S, Bytes) {
+		self.compact();
 		(self.stream, Bytes::from(self.buf))
 	}
 }
@@ -286,7 +344,7 @@ async fn classify_uni(shared: Rc<Shared>, stream: RecvStream) {
 		stream_type::QPACK_ENCODER | stream_type::QPACK_DECODER => {
 			// No dynamic table: there is nothing to read in them, but they must stay open.
 			while let Ok(true) = reader.fill().await {
-				reader.buf.clear();
+				reader.discard();
 			}
 			if shared.conn.poll_closed(&noop_waiter()).is_pending() {
 				shared.fail(code::CLOSED_CRITICAL_STREAM, "a QPACK stream closed");
@@ -880,5 +938,106 @@ impl moq_net::transport::RecvStream for WtRecv {
 
 	fn stop(&mut self, code: u64) {
 		self.stream.stop(wire(code));
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use std::collections::VecDeque;
+
+	use super::*;
+
+	/// Chunks handed out in order, then the end.
+	struct Given(VecDeque<Bytes>);
+
+	impl Chunks for Given {
+		async fn next_chunk(&mut self) -> Result<Option<Bytes>, StreamError> {
+			Ok(self.0.pop_front())
+		}
+	}
+
+	fn reader(chunks: impl IntoIterator<Item = Vec<u8>>) -> Reader<Given> {
+		Reader::new(Given(chunks.into_iter().map(Bytes::from).collect()))
+	}
+
+	/// What a control stream after its SETTINGS is parsed into: each frame's type and length,
+	/// the payload of SETTINGS-typed ones (kept; the others are skipped), and the stream's bytes
+	/// after the frame of type 0x2a.
+	async fn frames(reader: Reader<Given>) -> (Vec<(u64, u64)>, Vec<Vec<u8>>, Bytes) {
+		let (headers, kept, rest, _) = frames_moving(reader).await;
+		(headers, kept, rest)
+	}
+
+	/// [`frames`], and how many bytes the reader moved.
+	async fn frames_moving(mut reader: Reader<Given>) -> (Vec<(u64, u64)>, Vec<Vec<u8>>, Bytes, usize) {
+		let (mut headers, mut kept) = (Vec::new(), Vec::new());
+		while let Ok(Some((kind, len))) = reader.header().await {
+			headers.push((kind, len));
+			if kind == frame_type::SETTINGS {
+				match reader.payload(len, MAX_SETTINGS).await {
+					Ok(Some(payload)) => kept.push(payload),
+					_ => break,
+				}
+			} else if !matches!(reader.skip(len).await, Ok(true)) {
+				break;
+			}
+			// A frame of type 0x2a ends the parse, with what follows it left over.
+			if kind == 0x2a {
+				break;
+			}
+		}
+		let moved = reader.moved;
+		// What was read past the parse, and what was not read yet.
+		let (unread, read_past) = reader.into_parts();
+		let rest: Vec<u8> = [read_past].into_iter().chain(unread.0).flatten().collect();
+		(headers, kept, Bytes::from(rest), moved)
+	}
+
+	fn run<T>(future: impl Future<Output = T>) -> T {
+		kio::Builder::single().build().unwrap().block_on(future)
+	}
+
+	#[test]
+	fn frames_parse_the_same_however_the_stream_is_cut() {
+		let mut bytes = Vec::new();
+		h3::put_frame(&mut bytes, 0x21, &[]);
+		h3::put_frame(&mut bytes, frame_type::SETTINGS, &[1, 2, 3, 4, 5]);
+		h3::put_frame(&mut bytes, 0x21, &[9; 300]);
+		h3::put_frame(&mut bytes, 0x1234_5678, &[8; 70]);
+		h3::put_frame(&mut bytes, frame_type::SETTINGS, &[6; 200]);
+		h3::put_frame(&mut bytes, 0x2a, &[7, 7]);
+		bytes.extend_from_slice(b"rest");
+		let whole = run(frames(reader([bytes.clone()])));
+		assert_eq!(
+			whole.0,
+			[(0x21, 0), (4, 5), (0x21, 300), (0x1234_5678, 70), (4, 200), (0x2a, 2)]
+		);
+		assert_eq!(whole.1, [vec![1, 2, 3, 4, 5], vec![6; 200]]);
+		assert_eq!(&whole.2[..], b"rest");
+		// Byte by byte, and cut at every point into two.
+		assert_eq!(run(frames(reader(bytes.iter().map(|&b| vec![b])))), whole);
+		for cut in 0..bytes.len() {
+			let (a, b) = bytes.split_at(cut);
+			assert_eq!(run(frames(reader([a.to_vec(), b.to_vec()]))), whole, "cut at {cut}");
+		}
+	}
+
+	#[test]
+	fn a_window_of_tiny_frames_in_one_chunk_is_parsed_in_one_pass() {
+		// 1 MiB of two-byte reserved frames (type 0x21, length 0), then a SETTINGS frame, in one
+		// chunk (what quinn-proto hands over after merging a stream's buffered chunks), after a
+		// first chunk that ends inside a frame header.
+		const FRAMES: usize = 512 << 10;
+		let mut bytes = vec![0x00];
+		bytes.extend_from_slice(&[0x21, 0x00].repeat(FRAMES));
+		h3::put_frame(&mut bytes, frame_type::SETTINGS, &[1, 2]);
+		let (headers, kept, rest, moved) = run(frames_moving(reader([vec![0x21], bytes])));
+		assert_eq!(headers.len(), 1 + FRAMES + 1);
+		assert!(headers[..=FRAMES].iter().all(|&header| header == (0x21, 0)));
+		assert_eq!(kept, [vec![1, 2]]);
+		assert!(rest.is_empty());
+		// Each byte is moved at most once, when the chunk after it comes: here the first byte.
+		// Removing each parsed varint from the front moved 5.5e11.
+		assert!(moved <= 1, "{moved} bytes moved");
 	}
 }

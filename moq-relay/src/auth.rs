@@ -745,9 +745,14 @@ pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
 
 /// `header.claims.signature` with `sign` computing the signature over `header.claims`.
 pub fn encode(header: &serde_json::Value, claims: &serde_json::Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> String {
-	let mut token = base64url_encode(header.to_string().as_bytes());
+	encode_bytes(header.to_string().as_bytes(), claims.to_string().as_bytes(), sign)
+}
+
+/// [`encode`] of a header and claims given as bytes, JSON or not (the fuzz target forges both).
+pub fn encode_bytes(header: &[u8], claims: &[u8], sign: impl FnOnce(&[u8]) -> Vec<u8>) -> String {
+	let mut token = base64url_encode(header);
 	token.push('.');
-	token.push_str(&base64url_encode(claims.to_string().as_bytes()));
+	token.push_str(&base64url_encode(claims));
 	let sig = sign(token.as_bytes());
 	token.push('.');
 	token.push_str(&base64url_encode(&sig));
@@ -757,11 +762,14 @@ pub fn encode(header: &serde_json::Value, claims: &serde_json::Value, sign: impl
 /// An HS256 token with `claims`, for tests and the example client.
 pub fn sign_hs256(claims: &serde_json::Value, key: &[u8]) -> String {
 	let header = serde_json::json!({"alg": "HS256", "typ": "JWT"});
-	encode(&header, claims, |message| {
-		hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), message)
-			.as_ref()
-			.to_vec()
-	})
+	encode(&header, claims, |message| hs256(key, message))
+}
+
+/// The HS256 signature of `message` with `key`.
+pub fn hs256(key: &[u8], message: &[u8]) -> Vec<u8> {
+	hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), message)
+		.as_ref()
+		.to_vec()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The Announce bidi stream: ANNOUNCE_REQUEST one way; ANNOUNCE_OK then ANNOUNCEs the other.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{Announce, AnnounceOk, AnnounceRequest, ControlType};

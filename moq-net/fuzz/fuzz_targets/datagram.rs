@@ -1,5 +1,6 @@
 //! DATAGRAM: a whole QUIC datagram, payload to the end; the copying and the sharing decoders agree.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,6 @@
 //! The Fetch bidi stream: FETCH one way, bare frames the other.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{Fetch, FrameHeader};

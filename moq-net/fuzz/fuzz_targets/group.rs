@@ -1,5 +1,6 @@
 //! A Group uni stream: its type, the GROUP header, then frames (header + payload) to the end.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{DataType, FrameHeader, GroupHeader};

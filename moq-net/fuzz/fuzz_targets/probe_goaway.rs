@@ -1,5 +1,6 @@
 //! The Probe and Goaway bidi streams: PROBE reports back to back; GOAWAY.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{ControlType, Goaway, Probe};

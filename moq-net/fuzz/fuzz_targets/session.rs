@@ -11,6 +11,7 @@
 //! libFuzzer's panic hook aborts on any panic, including one a kio task would have caught, so
 //! "no panic on peer input" is checked for every task the session runs.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use std::cell::RefCell;
 

@@ -1,5 +1,6 @@
 //! The Subscribe bidi stream: SUBSCRIBE then SUBSCRIBE_UPDATEs one way, typed responses the other.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{Subscribe, SubscribeResponse, SubscribeUpdate};

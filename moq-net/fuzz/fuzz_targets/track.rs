@@ -1,5 +1,6 @@
 //! The Track bidi stream: TRACK one way, TRACK_INFO the other.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{Track, TrackInfo};

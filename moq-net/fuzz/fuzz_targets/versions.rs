@@ -4,6 +4,7 @@
 //! instead of hop ids, frame headers without timestamps, PROBE without its RTT. The first byte
 //! picks the version; the rest is each message's bytes.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_net::lite::{Announce, AnnounceRequest, FrameHeader, Probe, SubscribeResponse, Version};

@@ -1,6 +1,7 @@
 //! A HEADERS payload: the QPACK field section (static table, Huffman strings), then the
 //! extended CONNECT request and its response read from it; and the input as one Huffman string.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_quic::h3::{self, ConnectRequest, ConnectResponse, Error};

@@ -2,6 +2,7 @@
 //! a DATA payload read as capsules); and the whole input as one SETTINGS payload and as a
 //! CONNECT stream's capsules.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_quic::h3;

@@ -1,6 +1,7 @@
 //! The structured-field strings of `wt-available-protocols` and `wt-protocol` (RFC 8941): a
 //! list that parses formats back to itself, and any text formats to a string that parses.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
 use moq_quic::h3;

@@ -7,6 +7,7 @@
 //!    complete), and one that does not parse leaves its input untouched;
 //! 3. what parses re-encodes to bytes that parse to an equal value (frames and SETTINGS no longer
 //!    than they arrived: their encoders are minimal).
+#![forbid(unsafe_code)]
 
 use moq_quic::h3::{self, Error, Settings};
 
@@ -46,6 +47,7 @@ pub fn check_settings(payload: &[u8]) {
 	};
 	for (at, (id, _)) in settings.0.iter().enumerate() {
 		assert!(!h3::is_grease(*id), "GREASE {id:#x} kept");
+		assert!(!h3::is_http2_only(*id), "HTTP/2's {id:#x} accepted");
 		assert!(
 			settings.0[..at].iter().all(|(other, _)| other != id),
 			"{id:#x} repeated"
