@@ -143,12 +143,18 @@ fn starting_over_forgets_every_group_and_sequence_and_cursors_follow_the_new_num
 		drop(subscriber);
 		assert!(track.start_over());
 		assert_eq!(track.consume().cached_sequences(), Vec::<u64>::new());
-		assert_eq!(pool.used(), 0, "the forgotten groups gave their charge back");
+		assert_eq!(
+			pool.used(),
+			264,
+			"the forgotten groups gave their charge back, but for the one still held"
+		);
 		assert_eq!(
 			held.read_frame().await.unwrap().unwrap(),
 			frame(3),
 			"a group already held stays readable"
 		);
+		drop(held);
+		assert_eq!(pool.used(), 0, "and with its reader, that one's");
 		// The same sequences again, from 0: neither refused as duplicates nor skipped as late,
 		// by a cursor made before or after.
 		let mut late = track.consume();
@@ -338,9 +344,69 @@ fn pool_pressure_evicts_the_stalest_groups_of_the_track_that_writes() {
 		assert_eq!(a_view.cached_sequences(), vec![2, 3]);
 		assert_eq!(b_view.cached_sequences(), vec![0]);
 		assert!(!pool.is_over());
-		// A finished group that was evicted stays readable by whoever already holds it.
-		assert_eq!(a0.read_frame().await.unwrap().unwrap(), frame(0));
+		// An evicted group's frames went with its charge, for whoever held it too.
+		assert_eq!(a0.read_frame().await, Err(Error::Evicted));
 	});
+}
+
+#[test]
+fn readers_of_evicted_groups_hold_nothing_the_pool_gave_back() {
+	// A subscriber that never reads keeps a reader of every group in flight; the publisher writes
+	// groups larger than the pool lets the track keep. Before, eviction gave the pool its charge
+	// back and left the frames with the readers: five groups of 100 KiB held against a pool of
+	// three.
+	paused().block_on(async {
+		const GROUP: usize = 100 << 10;
+		let pool = Pool::new(3 * (GROUP as u64 + 256));
+		let track = TrackProducer::with_pool("video", TrackInfo::default(), pool.clone());
+		let mut view = track.consume();
+		view.start_at(0);
+		let mut readers = Vec::new();
+		for seq in 0..5u64 {
+			let mut group = track.create_group(seq).unwrap();
+			group
+				.write_frame(Frame::new(Timestamp::new(seq, 1000), vec![seq as u8; GROUP]))
+				.unwrap();
+			group.finish().unwrap();
+			readers.push(view.recv_group().await.unwrap().unwrap());
+			kio::time::advance(Duration::from_millis(10));
+		}
+		assert_eq!(view.cached_sequences(), vec![2, 3, 4]);
+		let mut held = 0;
+		for reader in &mut readers {
+			match reader.read_frame().await {
+				Ok(Some(frame)) => held += frame.payload.len(),
+				Err(Error::Evicted) => assert!(reader.sequence() < 2, "group {} evicted", reader.sequence()),
+				other => panic!("group {}: {other:?}", reader.sequence()),
+			}
+		}
+		assert_eq!(held, 3 * GROUP, "only what the pool still charges");
+		assert!(held as u64 <= pool.used());
+	});
+}
+
+#[test]
+fn groups_of_a_track_that_ended_stay_readable_and_charged_while_read() {
+	let pool = Pool::new(1 << 20);
+	let track = TrackProducer::with_pool("video", TrackInfo::default(), pool.clone());
+	let mut view = track.consume();
+	view.start_at(0);
+	publish(&track, 0);
+	let mut reader = Builder::single()
+		.build()
+		.unwrap()
+		.block_on(async { view.recv_group().await.unwrap().unwrap() });
+	let charged = pool.used();
+	assert!(charged > 0);
+	// The publisher goes away: the track ends with an error.
+	drop(track);
+	drop(view);
+	assert_eq!(pool.used(), charged, "held by a reader, still charged");
+	Builder::single().build().unwrap().block_on(async {
+		assert_eq!(reader.read_frame().await.unwrap(), Some(frame(0)));
+	});
+	drop(reader);
+	assert_eq!(pool.used(), 0, "given back with the last reader");
 }
 
 #[test]

@@ -14,6 +14,13 @@
 //! write fails with [`Error::Evicted`] and the group ends with that error, its frames still cached
 //! and still charged until the track evicts the group, so what the cache holds never exceeds its
 //! budget.
+//!
+//! A group the cache lets go (evicted for room, or expired) gives its charge back and drops its
+//! frames at once, for its readers too: one that had not read them gets the eviction's error. A
+//! reader that kept them instead (a subscriber that never reads, its group streams in flight)
+//! would hold bytes the pool no longer counts, as many as the publisher sends. A group whose track
+//! ends with an error is not the cache's choice: readers still read what it holds, and it stays
+//! charged until the last of them drops it.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -39,6 +46,9 @@ pub(crate) struct GroupState {
 	on_frame: WaiterList,
 	pool: Option<Pool>,
 	charged: u64,
+	/// Why the cache let the group go, dropping its frames: what a reader that had not read them
+	/// gets.
+	gone: Option<Error>,
 }
 
 impl GroupState {
@@ -95,6 +105,7 @@ impl GroupProducer {
 			on_frame: WaiterList::new(),
 			pool,
 			charged: 0,
+			gone: None,
 		});
 		Self {
 			sequence,
@@ -232,16 +243,29 @@ fn frame_cost(frame: &Frame) -> u64 {
 	frame.payload.len() as u64 + ENTRY_OVERHEAD
 }
 
-/// Aborts a group from the track's side (eviction), whoever holds its producer.
+/// Aborts a group from the track's side, whoever holds its producer: evicted or expired by the
+/// cache ([`Error::Evicted`], [`Error::Old`]: its frames go, see the module docs), or its track
+/// ended with `error`.
 pub(crate) fn abort_ref(state: &GroupRef, error: Error) {
-	let wakes = {
+	let (wakes, frames) = {
 		let mut state = state.lock();
-		state.release_pool();
-		if state.end.is_some() {
-			return;
+		let mut frames = VecDeque::new();
+		if matches!(error, Error::Evicted | Error::Old) {
+			state.release_pool();
+			frames = std::mem::take(&mut state.frames);
+			state.dropped += frames.len() as u64;
+			state.bytes = 0;
+			state.gone = Some(error.clone());
 		}
-		state.ended(Err(error))
+		let wakes = match state.end.is_some() {
+			// Readers waiting for a frame of an ended group: none (they would have its end).
+			true => Wakes::none(),
+			false => state.ended(Err(error)),
+		};
+		(wakes, frames)
 	};
+	// Freed and woken outside the lock.
+	drop(frames);
 	drop(wakes);
 }
 
@@ -273,7 +297,7 @@ impl GroupConsumer {
 		let mut state = self.state.lock();
 		if self.next < state.dropped {
 			self.next = state.dropped;
-			return Poll::Ready(Err(Error::Lagged));
+			return Poll::Ready(Err(state.gone.clone().unwrap_or(Error::Lagged)));
 		}
 		if let Some(frame) = state.frames.get((self.next - state.dropped) as usize) {
 			self.next += 1;
