@@ -13,10 +13,13 @@ use crate::coding::{Decode, DecodeError, Encode};
 use crate::lite::{ErrorCode, Version, VersionedDecode, VersionedEncode};
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
 
-/// A receive stream with a reassembly buffer. The common case, a message or a payload that
-/// arrives in one chunk, is decoded from the chunk itself: no copy, no allocation. Only a
-/// message split across chunks is copied into `buf` (never more than one message, capped by the
-/// decoders, plus one chunk).
+/// A receive stream with a reassembly buffer. The common case, a message that arrives in one
+/// chunk, is decoded from the chunk itself: no copy, no allocation. Only a message split across
+/// chunks is copied into `buf` (never more than one message, capped by the decoders, plus one
+/// chunk). A payload is always copied out, into an allocation of its own: it is cached, and a
+/// slice would keep the whole chunk it came from (a datagram's buffer, or as much as the stream's
+/// receive window when quinn-proto merged the stream's pieces) while the cache charges the payload
+/// alone. One copy at the publisher's side, shared by every subscriber.
 ///
 /// Parsed bytes of `buf` are passed over (`pos`), and dropped when the next chunk is appended or
 /// all are parsed: a chunk can be as long as the stream's receive window (quinn-proto merges a
@@ -206,7 +209,7 @@ impl<R: RecvStream> Reader<R> {
 		kio::wait(|waiter| self.poll_decode(waiter)).await
 	}
 
-	/// Exactly `size` payload bytes. A chunk that holds the whole payload is sliced, not copied.
+	/// Exactly `size` payload bytes, in an allocation of their own (see the type's docs).
 	/// `Ok(None)` if the stream ends first.
 	pub(crate) fn poll_read_exact(
 		&mut self,
@@ -215,13 +218,8 @@ impl<R: RecvStream> Reader<R> {
 	) -> Poll<Result<Option<Bytes>, SessionError>> {
 		loop {
 			if self.buffered().len() >= size {
-				let payload = if self.buf.is_empty() {
-					self.chunk.split_to(size)
-				} else {
-					let payload = Bytes::copy_from_slice(&self.buffered()[..size]);
-					self.consume(size);
-					payload
-				};
+				let payload = Bytes::copy_from_slice(&self.buffered()[..size]);
+				self.consume(size);
 				return Poll::Ready(Ok(Some(payload)));
 			}
 			if !ready!(self.poll_fill(waiter))? {
@@ -391,6 +389,24 @@ mod tests {
 			"the reassembly's charge is given back"
 		);
 		assert!(reader.buf.capacity() == 0, "the reassembly is freed once consumed");
+	}
+
+	#[test]
+	fn a_payload_keeps_nothing_of_its_chunk() {
+		// A one-byte payload at the front of a chunk of 64 KiB (a merged one, say).
+		let mut chunk = vec![0x01, b'x'];
+		chunk.resize(64 << 10, 0x00);
+		let chunk = Bytes::from(chunk);
+		let within = chunk.as_ptr_range();
+		let mut reader = Reader::new(Given([chunk.clone()].into()));
+		let payload = run(async {
+			assert_eq!(reader.decode::<u64>().await.unwrap(), Some(1));
+			kio::wait(|waiter| reader.poll_read_exact(waiter, 1)).await.unwrap().unwrap()
+		});
+		assert_eq!(&payload[..], b"x");
+		// The chunk is alive still, so its memory cannot have been handed out again.
+		assert!(!within.contains(&payload.as_ptr()), "the payload is a slice of its chunk");
+		drop(chunk);
 	}
 
 	#[test]
