@@ -11,7 +11,10 @@
 //!
 //! # What enters quinn-proto, and when
 //!
-//! Written data waits in the stream's own queue; the [`Scheduler`] decides which stream feeds
+//! Written data waits in the stream's own queue (at most [`STREAM_BUFFER`] per stream, and
+//! [`crate::Config::send_buffer`] over all of them: a peer that lets us open many streams and
+//! grants them no credit holds no more; a writer that finds either full waits for the first bytes
+//! to leave it); the [`Scheduler`] decides which stream feeds
 //! quinn-proto next (strict priority levels, deficit round robin of send groups, streams within a
 //! group), topping up what quinn-proto holds unsent to one GSO batch before each
 //! `poll_transmit`, so the order on the wire is ours: whatever quinn-proto holds, it orders by its
@@ -235,6 +238,32 @@ pub(crate) struct ConnState {
 	unsent: usize,
 	/// A server connection not yet handed to `accept`.
 	unannounced: bool,
+	/// What all send streams hold queued, against [`crate::Config::send_buffer`].
+	queue: QueueBudget,
+}
+
+/// The bytes a connection's send streams hold queued (not yet handed to quinn-proto), all
+/// streams together, and the writers waiting for room.
+struct QueueBudget {
+	used: usize,
+	cap: usize,
+	/// Writers that found no room; woken by the first bytes given back after.
+	waiters: WaiterList,
+}
+
+impl QueueBudget {
+	fn room(&self) -> usize {
+		self.cap.saturating_sub(self.used)
+	}
+
+	/// Gives `bytes` back. Writers wait only when the budget is spent, so only a give from full
+	/// wakes them.
+	fn give(&mut self, bytes: usize) {
+		if bytes > 0 && self.used >= self.cap {
+			self.waiters.wake();
+		}
+		self.used -= bytes;
+	}
 }
 
 /// A connection's state, shared by its handles and its driver.
@@ -251,6 +280,7 @@ impl ConnShared {
 		proto: quinn_proto::Connection,
 		gso_segments: usize,
 		max_streams: u32,
+		send_buffer: usize,
 	) -> Rc<Self> {
 		let unannounced = proto.side().is_server();
 		let max_streams = u64::from(max_streams);
@@ -284,8 +314,19 @@ impl ConnShared {
 				max_streams,
 				unsent: 0,
 				unannounced,
+				queue: QueueBudget {
+					used: 0,
+					cap: send_buffer,
+					waiters: WaiterList::new(),
+				},
 			}),
 		})
+	}
+
+	/// Bytes the send streams hold queued now (0 if the state is borrowed, which it is not
+	/// outside a connection's own calls).
+	pub(crate) fn stream_queued(&self) -> usize {
+		self.state.try_borrow().map_or(0, |state| state.queue.used)
 	}
 
 	/// A datagram for this connection, from the endpoint.
@@ -348,6 +389,7 @@ impl ConnState {
 			wakes.append(list.take());
 		}
 		wakes.append(self.datagram_waiters.take());
+		wakes.append(self.queue.waiters.take());
 		for stream in self.streams.values_mut() {
 			stream.readable = true;
 			wakes.append(stream.waiters.take());
@@ -462,6 +504,7 @@ impl ConnState {
 		if let Some(half) = stream.send.as_mut() {
 			half.stopped = Some(code);
 			half.queue.clear();
+			self.queue.give(half.queued);
 			half.queued = 0;
 			if !half.done {
 				half.done = true;
@@ -570,6 +613,7 @@ impl ConnState {
 					Ok(written) => {
 						sent += written.bytes;
 						half.queued -= written.bytes;
+						self.queue.give(written.bytes);
 						// What quinn-proto did not take goes back in front, in order.
 						if !chunk.is_empty() {
 							half.queue.push_front(chunk);
@@ -596,11 +640,13 @@ impl ConnState {
 					Err(quinn_proto::WriteError::Stopped(code)) => {
 						half.stopped = Some(code.into_inner());
 						half.queue.clear();
+						self.queue.give(half.queued);
 						half.queued = 0;
 						break;
 					}
 					Err(quinn_proto::WriteError::ClosedStream) => {
 						half.queue.clear();
+						self.queue.give(half.queued);
 						half.queued = 0;
 						closed = true;
 						break;
@@ -902,6 +948,12 @@ impl Connection {
 		self.state().proto.rtt()
 	}
 
+	/// Bytes this connection's send streams hold queued, not yet handed to quinn-proto (at most
+	/// [`crate::Config::send_buffer`]).
+	pub fn stream_queued(&self) -> usize {
+		self.state().queue.used
+	}
+
 	/// Live stream entries and scheduler groups (for tests that state is freed).
 	pub fn tracked(&self) -> (usize, usize) {
 		let state = self.state();
@@ -1036,7 +1088,12 @@ impl Connection {
 	pub(crate) fn poll_write(&self, waiter: &Waiter, id: StreamId, data: &mut Bytes) -> Poll<Result<(), StreamError>> {
 		let mut state = self.state();
 		let lost = state.lost_error();
-		let ConnState { streams, scheduler, .. } = &mut *state;
+		let ConnState {
+			streams,
+			scheduler,
+			queue,
+			..
+		} = &mut *state;
 		let stream = streams.get_mut(&id).expect("a handle keeps its entry");
 		let half = stream.send.as_mut().expect("a send handle has a send half");
 		if let Some(code) = half.stopped {
@@ -1054,9 +1111,15 @@ impl Connection {
 				stream.waiters.register(waiter);
 				break;
 			}
+			let room = room.min(queue.room());
+			if room == 0 {
+				queue.waiters.register(waiter);
+				break;
+			}
 			let take = room.min(data.len());
 			let chunk = data.split_to(take);
 			half.queued += take;
+			queue.used += take;
 			half.queue.push_back(chunk);
 		}
 		// A blocked stream waits for `Writable`, however much more is written to it.
@@ -1102,6 +1165,7 @@ impl Connection {
 			streams,
 			scheduler,
 			proto,
+			queue,
 			..
 		} = &mut *state;
 		let Some(half) = streams.get_mut(&id).and_then(|s| s.send.as_mut()) else {
@@ -1111,6 +1175,7 @@ impl Connection {
 			return;
 		}
 		half.queue.clear();
+		queue.give(half.queued);
 		half.queued = 0;
 		if !half.done {
 			half.done = true;

@@ -81,6 +81,9 @@ pub struct EndpointStats {
 	/// Connection turns that found the sender's queue full ([`Config::send_queue`]) and waited
 	/// for room before producing.
 	pub send_queue_waits: u64,
+	/// Bytes the connections' send streams hold queued now, not yet handed to quinn-proto (at
+	/// most [`Config::send_buffer`] each).
+	pub stream_queued: u64,
 }
 
 pub(crate) enum Io {
@@ -262,6 +265,7 @@ impl Endpoint {
 		let state = self.0.shared.state.borrow();
 		EndpointStats {
 			open: state.conns.len() as u64,
+			stream_queued: state.conns.values().map(|conn| conn.stream_queued() as u64).sum(),
 			..state.stats
 		}
 	}
@@ -379,16 +383,23 @@ impl std::fmt::Debug for Endpoint {
 
 /// Puts a new connection in the table and starts its driver.
 fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_proto::Connection) -> Rc<ConnShared> {
-	let (gso, max_streams) = {
+	let (gso, max_streams, send_buffer) = {
 		let state = shared.state.borrow();
 		let gso = match &shared.io {
 			Io::Udp(socket) if socket.gso_enabled() => state.config.gso_segments,
 			Io::Udp(_) => 1,
 			Io::Sim(_) => state.config.gso_segments,
 		};
-		(gso, state.config.max_streams)
+		(gso, state.config.max_streams, state.config.send_buffer)
 	};
-	let conn = ConnShared::new(handle, Rc::downgrade(shared), conn, gso.max(1), max_streams);
+	let conn = ConnShared::new(
+		handle,
+		Rc::downgrade(shared),
+		conn,
+		gso.max(1),
+		max_streams,
+		send_buffer,
+	);
 	shared.state.borrow_mut().conns.insert(handle, conn.clone());
 	let driver = kio::spawn(connection::drive(conn.clone()));
 	shared.drivers.borrow_mut().insert(handle, driver);

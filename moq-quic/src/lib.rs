@@ -72,6 +72,11 @@ pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 /// GSO trains of 13 KB.
 pub const DEFAULT_SEND_QUEUE: usize = 1 << 20;
 
+/// [`Config::send_buffer`] by default: sixteen streams' worth of 256 KiB, several seconds of a
+/// video stream's groups, far more than quinn-proto takes in at once (about twice the congestion
+/// window), so a connection that keeps up never waits for it.
+pub const DEFAULT_SEND_BUFFER: usize = 4 << 20;
+
 /// An endpoint's configuration.
 #[derive(Clone)]
 pub struct Config {
@@ -106,6 +111,11 @@ pub struct Config {
 	/// [`with_send_queue`](Self::with_send_queue) says). Connections that had to wait are
 	/// counted ([`EndpointStats::send_queue_waits`]).
 	pub send_queue: usize,
+	/// Bytes a connection's send streams may hold queued, all streams together, before writers
+	/// wait ([`DEFAULT_SEND_BUFFER`] unless [`with_send_buffer`](Self::with_send_buffer) says).
+	/// Each stream also holds at most 256 KiB: without this, a peer that let the relay open many
+	/// streams and never granted them credit made it queue 256 KiB on each.
+	pub send_buffer: usize,
 }
 
 impl Config {
@@ -123,6 +133,7 @@ impl Config {
 			max_streams: DEFAULT_MAX_STREAMS,
 			idle_timeout: DEFAULT_IDLE_TIMEOUT,
 			send_queue: DEFAULT_SEND_QUEUE,
+			send_buffer: DEFAULT_SEND_BUFFER,
 		}
 	}
 
@@ -139,6 +150,13 @@ impl Config {
 	/// Bounds the bytes of transmits queued for the sender (see [`send_queue`](Self::send_queue)).
 	pub fn with_send_queue(mut self, bytes: usize) -> Self {
 		self.send_queue = bytes;
+		self
+	}
+
+	/// Bounds the bytes a connection's streams hold queued (see [`send_buffer`](Self::send_buffer));
+	/// at least one stream's worth.
+	pub fn with_send_buffer(mut self, bytes: usize) -> Self {
+		self.send_buffer = bytes.max(connection::STREAM_BUFFER);
 		self
 	}
 

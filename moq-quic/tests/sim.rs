@@ -621,3 +621,51 @@ fn send_groups_share_one_round_robin_slot() {
 		"ungrouped, the single stream delivered {alone:.3} of the four's bytes"
 	);
 }
+
+#[test]
+fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
+	// A peer that lets us open streams and grants them next to no credit: each stream's own queue
+	// takes 256 KiB, and sixteen of them 4 MiB, unless the connection's budget holds them.
+	const BUFFER: usize = 1 << 20;
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_server_endpoint, client_endpoint, client, server) =
+			common::connected_with(&network, 1, Some(moq_quic::windows(1024, 1 << 20)), |config| {
+				config.with_send_buffer(BUFFER)
+			})
+			.await;
+		let mut writers = Vec::new();
+		for _ in 0..16 {
+			let mut send = client.open_uni().await.unwrap();
+			writers.push(kio::spawn(async move {
+				let id = send.id();
+				send.write(Bytes::from(pattern(id, STREAM_BUFFER))).await?;
+				send.finish()
+			}));
+		}
+		// The clock moves only once every task is idle: the writers took what room there was.
+		kio::time::sleep(Duration::from_millis(100)).await;
+		assert_eq!(client.stream_queued(), BUFFER, "the budget is full, and no more");
+		assert_eq!(client_endpoint.stats().stream_queued, BUFFER as u64);
+		let done = writers.iter().filter(|writer| writer.is_finished()).count();
+		assert!((4..16).contains(&done), "{done} writers done");
+
+		// The peer reads: credit comes, the queue drains, every writer gets room in turn.
+		let mut readers = Vec::new();
+		for _ in 0..16 {
+			let mut recv = server.accept_uni().await.unwrap();
+			readers.push(kio::spawn(async move {
+				let id = recv.id();
+				(id, recv.read_to_end(STREAM_BUFFER).await)
+			}));
+		}
+		for reader in readers {
+			let (id, got) = reader.await.unwrap();
+			assert_intact(id, &got, STREAM_BUFFER);
+		}
+		for writer in writers {
+			writer.await.unwrap().unwrap();
+		}
+		assert_eq!(client.stream_queued(), 0);
+	});
+}

@@ -44,6 +44,11 @@ pub struct LimitOptions {
 	/// [file: `[limits] connection_window`] [default: 4MiB].
 	#[arg(long = "connection-window", value_name = "SIZE")]
 	pub connection_window: Option<Size>,
+	/// Bytes the relay may hold queued for one connection's streams, all together, beyond what
+	/// QUIC has taken in to send; writers wait past it (each stream also holds at most 256KiB)
+	/// [file: `[limits] send_buffer`] [default: 4MiB].
+	#[arg(long = "send-buffer", value_name = "SIZE")]
+	pub send_buffer: Option<Size>,
 	/// Streams of each direction a peer may have open on one connection. A connection starts
 	/// with 16 and doubles the allowance each time the peer has half of it open, up to this;
 	/// quinn-proto keeps about 40 bytes of state for each stream allowed
@@ -104,6 +109,8 @@ pub struct Limits {
 	pub stream_window: u32,
 	/// Unread bytes per connection.
 	pub connection_window: u32,
+	/// Queued bytes per connection's send streams.
+	pub send_buffer: usize,
 	/// Streams per direction per connection.
 	pub streams: u32,
 	/// Per session.
@@ -127,6 +134,7 @@ impl Default for Limits {
 			setup_timeout: Duration::from_secs(10),
 			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
+			send_buffer: moq_quic::DEFAULT_SEND_BUFFER,
 			// quinn-proto sets up state for every stream a peer may open: allowing 1,024 each way
 			// from the handshake on cost 170 KB per connection (handshake or idle), 256 cost 72 KB
 			// (tests/memory.rs). Connections now start at 16 (moq_quic::INITIAL_STREAMS) and
@@ -173,6 +181,13 @@ impl LimitOptions {
 			setup_timeout: self.setup_timeout.map_or(d.setup_timeout, |s| s.0),
 			stream_window: window(self.stream_window, d.stream_window, "stream_window")?,
 			connection_window: window(self.connection_window, d.connection_window, "connection_window")?,
+			send_buffer: match self.send_buffer {
+				None => d.send_buffer,
+				Some(Size(bytes)) => usize::try_from(bytes)
+					.ok()
+					.filter(|&b| b >= 256 << 10)
+					.ok_or_else(|| format!("send_buffer: {bytes} is below 256KiB, one stream's queue"))?,
+			},
 			streams: self.streams.unwrap_or(d.streams),
 			session,
 			cluster_session: cluster_limits(session, self.cluster_requests.unwrap_or(d.cluster_session.announces)),

@@ -207,6 +207,7 @@ pub fn run(
 		// Every worker binds the relay's port; the kernel spreads clients over them.
 		.with_shared_port(true)
 		.with_server_transport(moq_quic::windows(limits.stream_window, limits.connection_window))
+		.with_send_buffer(limits.send_buffer)
 		.with_max_streams(limits.streams);
 	let runtime = kio::Builder::new()
 		.workers(config.workers)
@@ -956,6 +957,11 @@ fn render_metrics(shared: &Shared) -> String {
 		load(&counters.partial_bytes),
 	)
 	.gauge(
+		"moq_relay_send_buffer_limit",
+		"Bytes one connection's send streams may hold queued (limits.send_buffer).",
+		limits.send_buffer as u64,
+	)
+	.gauge(
 		"moq_relay_partial_bytes_limit",
 		"Bytes of partial input one session may hold (limits.partial_bytes).",
 		limits.session.partial_bytes,
@@ -1033,6 +1039,12 @@ fn render_metrics(shared: &Shared) -> String {
 		"QUIC connections open on the worker.",
 		Kind::Gauge,
 		&|i| endpoints[i].open,
+	);
+	family(
+		"moq_relay_stream_queued_bytes",
+		"Bytes queued on connections' send streams, not yet taken by QUIC (limits.send_buffer per connection).",
+		Kind::Gauge,
+		&|i| endpoints[i].stream_queued,
 	);
 	family(
 		"moq_relay_worker_sessions",

@@ -42,6 +42,16 @@ pub(crate) async fn connected(
 	seed: u64,
 	server_transport: Option<TransportConfig>,
 ) -> (Endpoint, Endpoint, Connection, Connection) {
+	connected_with(network, seed, server_transport, |config| config).await
+}
+
+/// [`connected`], with the client's configuration changed by `client`.
+pub(crate) async fn connected_with(
+	network: &Network,
+	seed: u64,
+	server_transport: Option<TransportConfig>,
+	client: impl FnOnce(Config) -> Config,
+) -> (Endpoint, Endpoint, Connection, Connection) {
 	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
 	let mut server_config = Config::new()
 		.with_server(&cert, &[ALPN])
@@ -54,10 +64,12 @@ pub(crate) async fn connected(
 			.expect("configured above")
 			.transport_config(Arc::new(transport));
 	}
-	let client_config = Config::new()
-		.with_client(&Verification::Fingerprints(vec![cert.fingerprint()]), &[ALPN])
-		.unwrap()
-		.with_seed(quinn_seed(seed, 2));
+	let client_config = client(
+		Config::new()
+			.with_client(&Verification::Fingerprints(vec![cert.fingerprint()]), &[ALPN])
+			.unwrap()
+			.with_seed(quinn_seed(seed, 2)),
+	);
 	let server_endpoint = Endpoint::simulated(network, server_addr(), server_config);
 	let client_endpoint = Endpoint::simulated(network, client_addr(), client_config);
 	let client = client_endpoint.connect(server_addr(), "localhost").unwrap();

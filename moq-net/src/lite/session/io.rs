@@ -401,11 +401,17 @@ mod tests {
 		let mut reader = Reader::new(Given([chunk.clone()].into()));
 		let payload = run(async {
 			assert_eq!(reader.decode::<u64>().await.unwrap(), Some(1));
-			kio::wait(|waiter| reader.poll_read_exact(waiter, 1)).await.unwrap().unwrap()
+			kio::wait(|waiter| reader.poll_read_exact(waiter, 1))
+				.await
+				.unwrap()
+				.unwrap()
 		});
 		assert_eq!(&payload[..], b"x");
 		// The chunk is alive still, so its memory cannot have been handed out again.
-		assert!(!within.contains(&payload.as_ptr()), "the payload is a slice of its chunk");
+		assert!(
+			!within.contains(&payload.as_ptr()),
+			"the payload is a slice of its chunk"
+		);
 		drop(chunk);
 	}
 
