@@ -957,6 +957,13 @@ fn render_metrics(shared: &Shared) -> String {
 		load(&counters.partial_bytes),
 	)
 	.gauge(
+		"moq_relay_stream_queued_bytes",
+		"Bytes queued on connections' send streams, not yet taken by QUIC (limits.send_buffer per connection).",
+		(shared.endpoints.lock().expect("stats lock").iter())
+			.map(|e| e.stream_queued)
+			.sum::<u64>(),
+	)
+	.gauge(
 		"moq_relay_send_buffer_limit",
 		"Bytes one connection's send streams may hold queued (limits.send_buffer).",
 		limits.send_buffer as u64,
@@ -1040,12 +1047,7 @@ fn render_metrics(shared: &Shared) -> String {
 		Kind::Gauge,
 		&|i| endpoints[i].open,
 	);
-	family(
-		"moq_relay_stream_queued_bytes",
-		"Bytes queued on connections' send streams, not yet taken by QUIC (limits.send_buffer per connection).",
-		Kind::Gauge,
-		&|i| endpoints[i].stream_queued,
-	);
+
 	family(
 		"moq_relay_worker_sessions",
 		"Sessions open on the worker.",
