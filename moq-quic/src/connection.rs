@@ -1113,7 +1113,10 @@ impl Connection {
 			}
 			let room = room.min(queue.room());
 			if room == 0 {
+				// Woken by room in the connection's queue, or by whatever ends this stream (a
+				// STOP_SENDING must not wait for other streams to drain).
 				queue.waiters.register(waiter);
+				stream.waiters.register(waiter);
 				break;
 			}
 			let take = room.min(data.len());

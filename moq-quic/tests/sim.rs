@@ -634,12 +634,19 @@ fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
 				config.with_send_buffer(BUFFER)
 			})
 			.await;
-		let mut writers = Vec::new();
+		// Each stream's first byte goes out at once, so the peer knows every stream; then each
+		// writer writes the rest.
+		let mut sends = Vec::new();
 		for _ in 0..16 {
 			let mut send = client.open_uni().await.unwrap();
+			let data = Bytes::from(pattern(send.id(), STREAM_BUFFER));
+			send.write(data.slice(..1)).await.unwrap();
+			sends.push((send, data));
+		}
+		let mut writers = Vec::new();
+		for (mut send, data) in sends {
 			writers.push(kio::spawn(async move {
-				let id = send.id();
-				send.write(Bytes::from(pattern(id, STREAM_BUFFER))).await?;
+				send.write(data.slice(1..)).await?;
 				send.finish()
 			}));
 		}
@@ -650,10 +657,22 @@ fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
 		let done = writers.iter().filter(|writer| writer.is_finished()).count();
 		assert!((4..16).contains(&done), "{done} writers done");
 
+		// The peer stops the last stream, whose writer found no room at all: it hears so at once,
+		// not when other streams drain.
+		let mut streams = Vec::new();
+		for _ in 0..16 {
+			streams.push(server.accept_uni().await.unwrap());
+		}
+		let mut last = streams.pop().unwrap();
+		last.stop(7);
+		let stopped = writers.pop().unwrap();
+		kio::time::sleep(Duration::from_millis(100)).await;
+		assert!(stopped.is_finished(), "the stopped stream's writer still waits");
+		assert!(matches!(stopped.await.unwrap(), Err(StreamError::Stopped(7))));
+
 		// The peer reads: credit comes, the queue drains, every writer gets room in turn.
 		let mut readers = Vec::new();
-		for _ in 0..16 {
-			let mut recv = server.accept_uni().await.unwrap();
+		for mut recv in streams {
 			readers.push(kio::spawn(async move {
 				let id = recv.id();
 				(id, recv.read_to_end(STREAM_BUFFER).await)
