@@ -44,6 +44,8 @@ pub struct Certificate {
 	chain: Vec<CertificateDer<'static>>,
 	key: PrivateKeyDer<'static>,
 	fingerprint: [u8; 32],
+	/// The leaf's `notAfter`, read once.
+	not_after: Option<SystemTime>,
 }
 
 impl Certificate {
@@ -66,21 +68,13 @@ impl Certificate {
 	/// A chain (leaf first) and its key.
 	pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Self {
 		let fingerprint = chain.first().map_or([0; 32], |leaf| fingerprint(leaf));
+		let not_after = chain.first().and_then(|leaf| not_after(leaf));
 		Self {
 			chain,
 			key,
 			fingerprint,
+			not_after,
 		}
-	}
-
-	/// Reads a PEM chain (leaf first) and a PEM private key.
-	pub fn from_pem_files(chain: &Path, key: &Path) -> io::Result<Self> {
-		let read =
-			|path: &Path| std::fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-		Self::from_pem(&read(chain)?, &read(key)?).map_err(|(which, e)| {
-			let path = [chain, key][which];
-			io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-		})
 	}
 
 	/// Parses a PEM chain (leaf first) and a PEM private key; an error says which of the two (0
@@ -150,7 +144,7 @@ impl Certificate {
 	/// When the leaf certificate stops being valid (its `notAfter`); `None` when the leaf cannot
 	/// be read that far.
 	pub fn not_after(&self) -> Option<SystemTime> {
-		self.chain.first().and_then(|leaf| not_after(leaf))
+		self.not_after
 	}
 }
 
@@ -184,45 +178,33 @@ impl ServerCertificate {
 		Ok(())
 	}
 
-	/// The certificate in service.
-	pub fn current(&self) -> Certificate {
-		self.0
-			.read()
-			.unwrap_or_else(PoisonError::into_inner)
-			.certificate
-			.clone()
-	}
-
 	/// The fingerprint of the certificate in service.
 	pub fn fingerprint(&self) -> [u8; 32] {
-		self.0
-			.read()
-			.unwrap_or_else(PoisonError::into_inner)
-			.certificate
-			.fingerprint
+		self.served().certificate.fingerprint
 	}
 
 	/// When the certificate in service expires ([`Certificate::not_after`]).
 	pub fn not_after(&self) -> Option<SystemTime> {
-		self.0
-			.read()
-			.unwrap_or_else(PoisonError::into_inner)
-			.certificate
-			.not_after()
+		self.served().certificate.not_after
+	}
+
+	fn served(&self) -> std::sync::RwLockReadGuard<'_, Served> {
+		// A poisoned lock only means a panic elsewhere while it was held; the value is whole.
+		self.0.read().unwrap_or_else(PoisonError::into_inner)
 	}
 }
 
 impl fmt::Debug for ServerCertificate {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		f.debug_tuple("ServerCertificate")
-			.field(&self.0.read().unwrap_or_else(PoisonError::into_inner).certificate)
+			.field(&self.served().certificate)
 			.finish()
 	}
 }
 
 impl ResolvesServerCert for ServerCertificate {
 	fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-		Some(self.0.read().unwrap_or_else(PoisonError::into_inner).key.clone())
+		Some(self.served().key.clone())
 	}
 }
 
@@ -310,6 +292,7 @@ impl Clone for Certificate {
 			chain: self.chain.clone(),
 			key: self.key.clone_key(),
 			fingerprint: self.fingerprint,
+			not_after: self.not_after,
 		}
 	}
 }
@@ -662,7 +645,7 @@ mod tests {
 		assert!(ServerCertificate::new(Certificate::new(Vec::new(), second.key.clone_key())).is_err());
 		let (again, _) = handshake(any_certificate_client(), server);
 		assert_eq!(presented(&again), second.fingerprint());
-		assert_eq!(served.current().fingerprint(), second.fingerprint());
+		assert_eq!(served.fingerprint(), second.fingerprint());
 	}
 
 	#[test]

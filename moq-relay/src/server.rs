@@ -832,6 +832,7 @@ impl Drop for Decrement<'_> {
 /// The Prometheus exposition.
 fn render_metrics(shared: &Shared) -> String {
 	let mut prom = Prom::new();
+	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
 	let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
 	prom.counter(
 		"moq_relay_connections_total",
@@ -959,9 +960,7 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_stream_queued_bytes",
 		"Bytes queued on connections' send streams, not yet taken by QUIC (limits.send_buffer per connection).",
-		(shared.endpoints.lock().expect("stats lock").iter())
-			.map(|e| e.stream_queued)
-			.sum::<u64>(),
+		endpoints.iter().map(|e| e.stream_queued).sum::<u64>(),
 	)
 	.gauge(
 		"moq_relay_send_buffer_limit",
@@ -996,7 +995,6 @@ fn render_metrics(shared: &Shared) -> String {
 			seconds.as_secs(),
 		);
 	}
-	let endpoints = shared.endpoints.lock().expect("stats lock").clone();
 	let monitors = &shared.monitors;
 	let workers: Vec<String> = (0..endpoints.len()).map(|i| i.to_string()).collect();
 	let mut family = |name: &str, help: &str, kind: Kind, value: &dyn Fn(usize) -> u64| {

@@ -323,6 +323,18 @@ impl CertificateDir {
 		self.0.join("key.pem").display().to_string()
 	}
 
+	/// The relay serving these files, reading them again every `interval` ("0": only on SIGHUP).
+	fn relay(&self, interval: &str) -> Running {
+		Running::start_with(&[
+			"--tls-cert",
+			&self.cert(),
+			"--tls-key",
+			&self.key(),
+			"--tls-reload-interval",
+			interval,
+		])
+	}
+
 	/// Writes `certificate`'s chain and key, as a renewal does.
 	fn write(&self, certificate: &Certificate) {
 		let (chain, key) = certificate.to_pem();
@@ -378,14 +390,7 @@ fn renewed_certificate_files_go_in_service_on_sighup_and_sessions_up_keep_going(
 	let (first, second) = (generated(), generated());
 	dir.write(&first);
 	// No periodic reads: only the signal reloads.
-	let relay = Running::start_with(&[
-		"--tls-cert",
-		&dir.cert(),
-		"--tls-key",
-		&dir.key(),
-		"--tls-reload-interval",
-		"0",
-	]);
+	let relay = dir.relay("0");
 	assert_eq!(relay.fingerprint, first.fingerprint_hex());
 	runtime().block_on(async {
 		let endpoint = client::endpoint(relay.quic).unwrap();
@@ -451,14 +456,7 @@ fn renewed_certificate_files_are_found_without_a_signal() {
 	let dir = CertificateDir::new("interval");
 	let (first, second) = (generated(), generated());
 	dir.write(&first);
-	let relay = Running::start_with(&[
-		"--tls-cert",
-		&dir.cert(),
-		"--tls-key",
-		&dir.key(),
-		"--tls-reload-interval",
-		"50ms",
-	]);
+	let relay = dir.relay("50ms");
 	runtime().block_on(async {
 		assert_eq!(served_fingerprint(relay.http).await, first.fingerprint_hex());
 		let endpoint = client::endpoint(relay.quic).unwrap();
