@@ -14,7 +14,11 @@
 //! Written data waits in the stream's own queue (at most [`STREAM_BUFFER`] per stream, and
 //! [`crate::Config::send_buffer`] over all of them: a peer that lets us open many streams and
 //! grants them no credit holds no more; a writer that finds either full waits for the first bytes
-//! to leave it); the [`Scheduler`] decides which stream feeds
+//! to leave it). A stream's queue takes a write only while it holds less than quinn-proto has
+//! taken from it so far, or [`UNPROVEN_QUEUE`] if that is less: what a writer hands over ahead of
+//! the peer's credit is in proportion to that credit, so a peer that asks for data and grants
+//! none makes us prepare a few KiB per stream, not the whole buffer (see [`SendHalf::limit`]).
+//! The [`Scheduler`] decides which stream feeds
 //! quinn-proto next (strict priority levels, deficit round robin of send groups, streams within a
 //! group), topping up what quinn-proto holds unsent to one GSO batch before each
 //! `poll_transmit`, so the order on the wire is ours: whatever quinn-proto holds, it orders by its
@@ -69,6 +73,14 @@ pub const TX_DATAGRAM_BUDGET: usize = 64;
 const QUANTUM: usize = 16 * 1024;
 /// Bytes a stream's own queue takes before writers wait.
 pub(crate) const STREAM_BUFFER: usize = 256 * 1024;
+/// What a stream's queue takes before quinn-proto has taken as much from it: enough for a group's
+/// header and a few small frames, which a live group's stream rarely holds more of. A write that
+/// starts below the limit is taken whole (up to [`STREAM_BUFFER`]), so a large frame, shared with
+/// the cache rather than copied, still goes in one piece and its priority holds from the first
+/// turn; small frames are copied into their chunks (moq-net), and a subscriber that asks for 64
+/// cached groups of them and grants no credit made the relay copy and queue 256 KiB for each,
+/// where now it is this.
+pub(crate) const UNPROVEN_QUEUE: usize = 4 * 1024;
 /// quinn-proto's send window never goes below this.
 const MIN_SEND_WINDOW: u64 = 64 * 1024;
 /// The least of a datagram that cannot be stream data: a short header with no connection id and
@@ -185,6 +197,18 @@ struct SendHalf {
 	/// quinn-proto refused a write (flow control): out of the scheduler until `Writable`, so a
 	/// stuck stream is not tried again on every turn nor re-readied by every write.
 	blocked: bool,
+	/// Bytes quinn-proto has taken from the queue: never more than the peer's credit for the
+	/// stream (and the connection's window).
+	taken: usize,
+}
+
+impl SendHalf {
+	/// The queue takes a write while it holds less than this: what quinn-proto has taken so far,
+	/// between [`UNPROVEN_QUEUE`] and [`STREAM_BUFFER`]. A stream the peer credits grows its queue
+	/// as fast as the data leaves (it doubles with each drain); one it does not stays at a few KiB.
+	fn limit(&self) -> usize {
+		self.taken.clamp(UNPROVEN_QUEUE, STREAM_BUFFER)
+	}
 }
 
 struct StreamState {
@@ -534,6 +558,7 @@ impl ConnState {
 				shared_group: None,
 				stopped: None,
 				blocked: false,
+				taken: 0,
 			}
 		});
 		let handles = u8::from(send.is_some()) + u8::from(recv);
@@ -612,6 +637,7 @@ impl ConnState {
 				match stream.write_chunks(std::slice::from_mut(&mut part)) {
 					Ok(written) => {
 						sent += written.bytes;
+						half.taken = half.taken.saturating_add(written.bytes);
 						half.queued -= written.bytes;
 						self.queue.give(written.bytes);
 						// What quinn-proto did not take goes back in front, in order.
@@ -672,7 +698,7 @@ impl ConnState {
 				half.done = true;
 				finished = true;
 			}
-			let woke = half.queued < STREAM_BUFFER;
+			let woke = half.queued < half.limit();
 			fed += sent;
 			self.scheduler.sent(pick, sent, outcome);
 			if finished {
@@ -1104,6 +1130,11 @@ impl Connection {
 		}
 		if half.finishing || half.done {
 			return Poll::Ready(Err(StreamError::Closed));
+		}
+		// Ahead of what the peer has credited (see `SendHalf::limit`): wait for the queue to drain.
+		if !data.is_empty() && half.queued >= half.limit() {
+			stream.waiters.register(waiter);
+			return Poll::Pending;
 		}
 		while !data.is_empty() {
 			let room = STREAM_BUFFER.saturating_sub(half.queued);

@@ -22,6 +22,9 @@ use moq_quic::{Connection, Endpoint, SendStream, StreamError, StreamId};
 /// A stream's own buffer in the driver (`connection::STREAM_BUFFER`): a write of up to this much
 /// is taken at once, without suspending.
 const STREAM_BUFFER: usize = 256 * 1024;
+/// What a stream's queue takes before quinn-proto has taken as much from it
+/// (`connection::UNPROVEN_QUEUE`).
+const UNPROVEN_QUEUE: usize = 4 * 1024;
 
 fn pattern(stream: StreamId, len: usize) -> Vec<u8> {
 	let salt = stream.index() as usize;
@@ -681,6 +684,67 @@ fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
 		for reader in readers {
 			let (id, got) = reader.await.unwrap();
 			assert_intact(id, &got, STREAM_BUFFER);
+		}
+		for writer in writers {
+			writer.await.unwrap().unwrap();
+		}
+		assert_eq!(client.stream_queued(), 0);
+	});
+}
+
+#[test]
+fn small_writes_wait_for_the_peers_credit_and_all_arrive_once_it_comes() {
+	// Before: each stream's queue took 256 KiB of small writes whatever credit the peer gave. The
+	// writes stand for moq-net's chunks, each a small frame copied with its header, so a
+	// subscriber that asked for cached groups and granted no credit made the relay prepare the
+	// whole buffer for every stream it let open.
+	const STREAMS: usize = 16;
+	const CREDIT: usize = 1024;
+	const WRITE: usize = 1000;
+	const LEN: usize = 64 * 1024;
+	runtime().block_on(async {
+		let network = Network::new(SimConfig::default());
+		let (_server_endpoint, _client_endpoint, client, server) =
+			common::connected(&network, 1, Some(moq_quic::windows(CREDIT as u32, 1 << 20))).await;
+		let written = std::rc::Rc::new(std::cell::Cell::new(0));
+		let mut writers = Vec::new();
+		for _ in 0..STREAMS {
+			let mut send = client.open_uni().await.unwrap();
+			let written = written.clone();
+			writers.push(kio::spawn(async move {
+				let data = Bytes::from(pattern(send.id(), LEN));
+				for at in (0..LEN).step_by(WRITE) {
+					send.write(data.slice(at..(at + WRITE).min(LEN))).await?;
+					written.set(written.get() + 1);
+				}
+				send.finish()
+			}));
+		}
+		// The clock moves only once every task is idle: the writers took what room there was.
+		kio::time::sleep(Duration::from_millis(100)).await;
+		// Each stream: the credit went to the peer, and its queue took writes until it held
+		// `UNPROVEN_QUEUE` (the last write may pass it).
+		let queued = client.stream_queued();
+		assert!(
+			(STREAMS * (UNPROVEN_QUEUE - WRITE)..=STREAMS * (UNPROVEN_QUEUE + WRITE)).contains(&queued),
+			"{queued} bytes queued"
+		);
+		let per_stream = (CREDIT + UNPROVEN_QUEUE + WRITE).div_ceil(WRITE);
+		assert!(written.get() <= STREAMS * per_stream, "{} writes taken", written.get());
+
+		// The peer reads: credit comes, each queue grows with what leaves it, and every byte
+		// arrives.
+		let mut readers = Vec::new();
+		for _ in 0..STREAMS {
+			let mut recv = server.accept_uni().await.unwrap();
+			readers.push(kio::spawn(async move {
+				let id = recv.id();
+				(id, recv.read_to_end(LEN).await)
+			}));
+		}
+		for reader in readers {
+			let (id, got) = reader.await.unwrap();
+			assert_intact(id, &got, LEN);
 		}
 		for writer in writers {
 			writer.await.unwrap().unwrap();

@@ -7,7 +7,8 @@
 //! one by one: the aggregate's "absent start means latest" and the publisher's cleared floor, the
 //! path check, the handshake caps, the in-flight limit, the partial-bytes budget, the announce
 //! budget, the SETUP close code, the HTTP per-address share and idle eviction, the pool's hard
-//! cap, the connection's send buffer: 4,190,272 bytes queued without it, against 1 MiB); the second publisher's restore is checked on the model, where the gauge it waits for was
+//! cap, the connection's send buffer: 4,190,272 bytes queued without it, against 1 MiB; a stream's queue
+//! ahead of the peer's credit); the second publisher's restore is checked on the model, where the gauge it waits for was
 //! added with it (`tests/model.rs` in moq-net), and so is forgetting unknown track names
 //! (`tests/session.rs`). The relay's resident memory under attack is measured on the real binary, in a
 //! process of its own, by `memory.rs`.
@@ -451,11 +452,51 @@ fn the_cache_never_exceeds_its_budget_however_many_tracks_a_publisher_fills() {
 	relay.stop().unwrap();
 }
 
+/// A raw subscriber on its own connection that grants 1 KiB per stream and 64 KiB in all, and
+/// asks for `track` of broadcast `broadcast` from group 0; the returned streams keep it alive.
+async fn stingy_subscriber(relay: &Relay, endpoint: &moq_quic::Endpoint) -> impl Sized {
+	let mut client = moq_quic::Config::new()
+		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+		.unwrap()
+		.client
+		.unwrap();
+	client.transport_config(std::sync::Arc::new(moq_quic::windows(1024, 64 << 10)));
+	let stingy = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
+	stingy.established().await.unwrap();
+	let config = moq_net::lite::session::Config {
+		origin: 78,
+		path: Some("/".into()),
+		..moq_net::lite::session::Config::default()
+	};
+	moq_net::lite::session::setup(&stingy, &config).await.unwrap();
+	let (mut send, recv) = stingy.open_bi().await.unwrap();
+	send.write(subscribe_bytes(0, "fat", "video", Some(0))).await.unwrap();
+	(send, recv, stingy)
+}
+
+/// Writes 16 groups of `frames` frames of `size` bytes each to `track`.
+fn fill(track: &moq_net::model::TrackProducer, frames: usize, size: usize) {
+	for seq in 0..16 {
+		let mut group = track.create_group(seq).unwrap();
+		for _ in 0..frames {
+			group
+				.write_frame(moq_net::model::Frame::new(
+					moq_net::model::Timestamp::new(seq, 1000),
+					vec![7; size],
+				))
+				.unwrap();
+		}
+		group.finish().unwrap();
+	}
+}
+
 #[test]
 fn a_subscriber_that_grants_no_credit_holds_at_most_the_send_buffer() {
 	// Before: every group stream queued up to 256 KiB of frames, whatever credit the peer gave, so
-	// a subscriber that let the relay open streams and granted them next to none made it copy and
-	// hold 256 KiB per group in flight (64 per subscription, 256 subscriptions).
+	// a subscriber that let the relay open streams and granted them next to none made it hold 256
+	// KiB per group in flight (64 per subscription, 256 subscriptions). Large frames (shared
+	// with the cache, not copied) are still taken whole, one per write, so they fill the
+	// connection's budget and no more.
 	const BUFFER: usize = 1 << 20;
 	let limits = Limits {
 		send_buffer: BUFFER,
@@ -468,39 +509,11 @@ fn a_subscriber_that_grants_no_credit_holds_at_most_the_send_buffer() {
 		let origin = Origin::new(5);
 		let (_broadcast, track, _publication) = local_broadcast(&origin, "fat");
 		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
-
-		// A raw subscriber granting 1 KiB per stream and 64 KiB in all.
-		let mut client = moq_quic::Config::new()
-			.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
-			.unwrap()
-			.client
-			.unwrap();
-		client.transport_config(std::sync::Arc::new(moq_quic::windows(1024, 64 << 10)));
-		let stingy = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
-		stingy.established().await.unwrap();
-		let config = moq_net::lite::session::Config {
-			origin: 78,
-			path: Some("/".into()),
-			..moq_net::lite::session::Config::default()
-		};
-		moq_net::lite::session::setup(&stingy, &config).await.unwrap();
-		let (mut send, _recv) = stingy.open_bi().await.unwrap();
-		send.write(subscribe_bytes(0, "fat", "video", Some(0))).await.unwrap();
+		let stingy = stingy_subscriber(&relay, &endpoint).await;
 		track.used().await;
 
-		// 16 groups of 256 KiB in 1 KiB frames: 4 MiB for the subscriber's streams to queue.
-		for seq in 0..16 {
-			let mut group = track.create_group(seq).unwrap();
-			for _ in 0..256 {
-				group
-					.write_frame(moq_net::model::Frame::new(
-						moq_net::model::Timestamp::new(seq, 1000),
-						vec![7; 1024],
-					))
-					.unwrap();
-			}
-			group.finish().unwrap();
-		}
+		// 16 groups of one 256 KiB frame: 4 MiB for the subscriber's streams to queue.
+		fill(&track, 1, 256 << 10);
 		// The budget fills (the attack is on), and no more: the healthy pair's own queues are a
 		// group of a few hundred bytes at a time.
 		relay
@@ -518,7 +531,47 @@ fn a_subscriber_that_grants_no_credit_holds_at_most_the_send_buffer() {
 			.await;
 		assert!(queued <= (BUFFER + (16 << 10)) as u64, "{queued} bytes queued");
 		assert_eq!(relay.metric("moq_relay_send_buffer_limit").await, BUFFER as u64);
-		drop((send, _recv, stingy));
+		drop(stingy);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_subscriber_that_grants_no_credit_makes_the_relay_prepare_a_few_kib_per_stream() {
+	// Before: small frames are copied with their headers into a chunk per frame, and each group
+	// stream took 256 KiB of them ahead of the peer's credit: a subscriber asking for cached
+	// groups of small frames, granting none, made the relay copy and queue the whole send buffer
+	// (4 MiB) for a request of some 40 bytes, and again after every unsubscribe. Now a stream
+	// takes chunks only a few KiB ahead of what the peer credited.
+	const GROUPS: u64 = 16;
+	const UNPROVEN_QUEUE: u64 = 4 << 10;
+	const CHUNK: u64 = 1024 + 16;
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let origin = Origin::new(5);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "fat");
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let stingy = stingy_subscriber(&relay, &endpoint).await;
+		track.used().await;
+
+		// 16 groups of 256 frames of 1 KiB: 4 MiB of chunks for the streams to take.
+		fill(&track, 256, 1024);
+		// Every stream is open and has taken its first chunks (the attack is on)...
+		let floor = GROUPS * (UNPROVEN_QUEUE - CHUNK);
+		relay
+			.metric_until(LIMIT, "moq_relay_stream_queued_bytes", |n| n >= floor)
+			.await;
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		// ...and a stream holds at most a chunk past the limit.
+		let queued = relay
+			.metric_until(LIMIT, "moq_relay_stream_queued_bytes", |n| n >= floor)
+			.await;
+		assert!(queued <= GROUPS * (UNPROVEN_QUEUE + CHUNK), "{queued} bytes queued");
+		drop(stingy);
 	});
 	relay.stop().unwrap();
 }
