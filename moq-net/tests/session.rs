@@ -27,6 +27,17 @@ async fn connect(
 	publish: Option<&Origin>,
 	subscribe: Option<&Origin>,
 ) -> (Session<Memory>, Session<Memory>) {
+	connect_limited(relay, client, publish, subscribe, session::Limits::default()).await
+}
+
+/// [`connect`], with the relay's side of the session under `limits`.
+async fn connect_limited(
+	relay: &Origin,
+	client: Config,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+	limits: session::Limits,
+) -> (Session<Memory>, Session<Memory>) {
 	let (client_end, relay_end) = memory::pair();
 	let relay_config = Config {
 		origin: RELAY_ID,
@@ -44,6 +55,7 @@ async fn connect(
 		relay_end,
 		Config {
 			origin: RELAY_ID,
+			limits,
 			..Config::default()
 		},
 		relay_peer,
@@ -725,6 +737,59 @@ fn track_names_asked_of_a_peers_broadcast_are_forgotten() {
 		track.used().await;
 		publish(&track, 0);
 		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
+	});
+}
+
+#[test]
+fn names_nobody_subscribes_to_give_way_to_a_subscription() {
+	// Before: once a publisher's session had `track_requests` tracks asked of it, every further
+	// request was refused, whoever made it: names one viewer asked for and left (or asked of a
+	// publisher slow to answer) kept every other viewer from the publisher's real tracks.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher_origin = Origin::new(1);
+		let (broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		// Names the publisher does not have wait for a handler that never answers.
+		broadcast.serve_requests();
+		let limits = session::Limits {
+			track_requests: 4,
+			..session::Limits::default()
+		};
+		let (_publisher, _relay_side) =
+			connect_limited(&relay, client(1, "/"), Some(&publisher_origin), None, limits).await;
+		let mirrored = announced(&relay, "bbb").await;
+		// Four names asked for, nobody subscribing: the publisher hears each, and answers none.
+		let asked: Vec<TrackConsumer> = (0..4).map(|i| mirrored.track(&format!("slow-{i}")).unwrap()).collect();
+		let mut unanswered = Vec::new();
+		for _ in 0..4 {
+			unanswered.push(broadcast.requested_track().await.unwrap());
+		}
+		// A subscription to the real track takes the oldest one's place.
+		let mut video = mirrored.subscribe_track("video", sub(0)).unwrap();
+		assert!(video.info_known().await.is_ok(), "refused");
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
+		assert_eq!(asked[0].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
+		// Names with subscribers are never given up: with three subscribed and the video, a
+		// fifth request is refused, and the subscribed names are still asked for.
+		let subscribed: Vec<TrackConsumer> = (1..4)
+			.map(|i| mirrored.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
+			.collect();
+		let mut refused = mirrored.subscribe_track("another", sub(0)).unwrap();
+		assert!(matches!(
+			refused.recv_group().await,
+			Err(moq_net::model::Error::BoundsExceeded)
+		));
+		for consumer in &subscribed {
+			assert!(
+				consumer
+					.poll_info_known(&kio::Waiter::new(std::task::Waker::noop().clone()))
+					.is_pending()
+			);
+		}
+		drop(unanswered);
+		drop(asked);
 	});
 }
 

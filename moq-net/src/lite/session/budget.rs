@@ -106,6 +106,11 @@ impl Budget {
 		})
 	}
 
+	/// Whether one more `resource` would pass the session's limit.
+	pub(crate) fn is_full(&self, resource: Resource) -> bool {
+		self.used[resource as usize].get() >= self.limit(resource)
+	}
+
 	/// How much of `resource` this session holds now.
 	#[cfg(test)]
 	pub(crate) fn used(&self, resource: Resource) -> u64 {

@@ -1,7 +1,8 @@
 //! The subscriber half: takes the peer's announcements into an origin, fetches tracks on
 //! demand, and ingests group streams.
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
@@ -203,22 +204,78 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 }
 
 /// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream, at most
-/// [`Limits::track_requests`](super::Limits::track_requests) at once per session.
+/// [`Limits::track_requests`](super::Limits::track_requests) at once per session. When they are
+/// all taken, a new request takes the place of the oldest that nobody subscribes to (a name asked
+/// for by a TRACK alone, still unanswered or lingering after its last subscriber left), which
+/// ends with BoundsExceeded; only when every one has subscribers is the new one refused. Before,
+/// the newest was refused whatever the others were: names one viewer asked for and left, or asked
+/// of a publisher slow to answer, kept every other viewer from the publisher's tracks.
 async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
-	let mut tracks = Owned::default();
+	let mut requests = Requests::default();
 	while let Some(track) = broadcast.requested_track().await {
+		if inner.budget.is_full(Resource::TrackRequests) {
+			requests.evict_unused(&broadcast);
+		}
 		let Some(charge) = inner.budget.hold(Resource::TrackRequests) else {
 			broadcast.remove_track(&track);
 			track.abort(model::Error::BoundsExceeded);
 			continue;
 		};
-		tracks.push(kio::spawn(forward(
+		let charge = Rc::new(Cell::new(Some(charge)));
+		let task = kio::spawn(forward(
 			inner.clone(),
 			path.clone(),
 			broadcast.clone(),
-			track,
-			charge,
-		)));
+			track.clone(),
+			charge.clone(),
+		));
+		requests.push(Request { track, task, charge });
+	}
+}
+
+/// A track being served from upstream: its task, and the charge it holds (given back by the task
+/// when it ends, or by eviction at once, so the request that evicted it can take it).
+struct Request {
+	track: TrackProducer,
+	task: kio::JoinHandle<()>,
+	charge: Rc<Cell<Option<Held>>>,
+}
+
+/// The tracks a mirrored broadcast serves, oldest first; their tasks are aborted when it drops.
+#[derive(Default)]
+struct Requests(VecDeque<Request>);
+
+impl Requests {
+	fn push(&mut self, request: Request) {
+		// Ended requests are dropped now and then, not on each push (as `Owned` does).
+		if self.0.len() >= 16 && self.0.len().is_power_of_two() {
+			self.0.retain(|request| !request.task.is_finished());
+		}
+		self.0.push_back(request);
+	}
+
+	/// Ends the oldest request nobody subscribes to, if there is one, and gives its charge back.
+	fn evict_unused(&mut self, broadcast: &BroadcastProducer) {
+		let Some(at) = self
+			.0
+			.iter()
+			.position(|request| !request.task.is_finished() && request.track.subscription().is_none())
+		else {
+			return;
+		};
+		let request = self.0.remove(at).expect("found above");
+		request.task.abort();
+		request.charge.take();
+		broadcast.remove_track(&request.track);
+		request.track.abort(model::Error::BoundsExceeded);
+	}
+}
+
+impl Drop for Requests {
+	fn drop(&mut self) {
+		for request in &self.0 {
+			request.task.abort();
+		}
 	}
 }
 
@@ -233,7 +290,7 @@ async fn forward<T: Transport + 'static>(
 	path: Path,
 	broadcast: BroadcastProducer,
 	track: TrackProducer,
-	_charge: Held,
+	charge: Rc<Cell<Option<Held>>>,
 ) {
 	if let Err(err) = fetch_track(&inner, &path, &track).await {
 		if err.is_fatal() {
@@ -242,6 +299,7 @@ async fn forward<T: Transport + 'static>(
 		track.abort(model::Error::Aborted(err.code()));
 	}
 	broadcast.remove_track(&track);
+	charge.take();
 }
 
 /// TRACK for the info, then one upstream SUBSCRIBE per period of demand, each filling the cache
