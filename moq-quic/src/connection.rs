@@ -75,11 +75,12 @@ const QUANTUM: usize = 16 * 1024;
 pub(crate) const STREAM_BUFFER: usize = 256 * 1024;
 /// What a stream's queue takes before quinn-proto has taken as much from it: enough for a group's
 /// header and a few small frames, which a live group's stream rarely holds more of. A write that
-/// starts below the limit is taken whole (up to [`STREAM_BUFFER`]), so a large frame, shared with
-/// the cache rather than copied, still goes in one piece and its priority holds from the first
-/// turn; small frames are copied into their chunks (moq-net), and a subscriber that asks for 64
-/// cached groups of them and grants no credit made the relay copy and queue 256 KiB for each,
-/// where now it is this.
+/// finds the queue below the limit is taken whole (up to [`STREAM_BUFFER`], and as far as the
+/// connection's budget has room; the rest waits for the queue to drain below it again), so a
+/// large frame, shared with the cache rather than copied, still goes in one piece and its
+/// priority holds from the first turn; small frames are copied into their chunks (moq-net), and a
+/// subscriber that asks for 64 cached groups of them and grants no credit made the relay copy and
+/// queue 256 KiB for each, where now it is this.
 pub(crate) const UNPROVEN_QUEUE: usize = 4 * 1024;
 /// quinn-proto's send window never goes below this.
 const MIN_SEND_WINDOW: u64 = 64 * 1024;
