@@ -771,8 +771,9 @@ fn names_nobody_subscribes_to_give_way_to_a_subscription() {
 		publish(&track, 0);
 		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
 		assert_eq!(asked[0].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
-		// Names with subscribers are never given up: with three subscribed and the video, a
-		// fifth request is refused, and the subscribed names are still asked for.
+		// Names with subscribers and no requester (the application's own requests, as here, or
+		// a cluster peer's) are never given up: with three subscribed and the video, a fifth
+		// request is refused, and the subscribed names are still asked for.
 		let subscribed: Vec<TrackConsumer> = (1..4)
 			.map(|i| mirrored.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
 			.collect();
@@ -790,6 +791,61 @@ fn names_nobody_subscribes_to_give_way_to_a_subscription() {
 		}
 		drop(unanswered);
 		drop(asked);
+	});
+}
+
+#[test]
+fn a_publishers_track_requests_are_shared_fairly_among_the_peers_asking() {
+	// Before: one viewer subscribing to names a publisher is slow to answer took every track
+	// request of its session, and every other viewer was refused.
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let publisher_origin = Origin::new(1);
+		let (broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
+		broadcast.serve_requests();
+		let limits = session::Limits {
+			track_requests: 5,
+			..session::Limits::default()
+		};
+		let (_publisher, _relay_side) =
+			connect_limited(&relay, client(1, "/"), Some(&publisher_origin), None, limits).await;
+		announced(&relay, "bbb").await;
+		let as_peer = |id| relay.consumer().requesting_as(id).broadcast(&Path::new("bbb")).unwrap();
+		let (greedy, fair) = (as_peer(100), as_peer(200));
+		// The greedy peer subscribes to five names the publisher never answers.
+		let greedy: Vec<TrackConsumer> = (0..5)
+			.map(|i| greedy.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
+			.collect();
+		let mut unanswered = Vec::new();
+		for _ in 0..5 {
+			unanswered.push(broadcast.requested_track().await.unwrap());
+		}
+		// The other peer's subscription takes the place of the greedy one's oldest...
+		let mut video = fair.subscribe_track("video", sub(0)).unwrap();
+		assert!(video.info_known().await.is_ok(), "refused");
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
+		assert_eq!(greedy[0].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
+		// ...and so does its next (3 against 2 after), but not a third: a request is given up only
+		// for a peer holding two fewer, or the two would take each other's place in turn.
+		let _second = fair.subscribe_track("slow-fair", sub(0)).unwrap();
+		assert_eq!(greedy[1].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
+		let third = fair.subscribe_track("another", sub(0)).unwrap();
+		// Whichever comes first: the third refused, or the greedy peer's next given up for it.
+		let third_refused = kio::wait(|waiter| {
+			if let Poll::Ready(info) = third.poll_info_known(waiter) {
+				return Poll::Ready(info == Err(moq_net::model::Error::BoundsExceeded));
+			}
+			greedy[2].poll_info_known(waiter).map(|_| false)
+		})
+		.await;
+		assert!(third_refused, "a third request took the greedy peer's place");
+		let waiter = kio::Waiter::new(std::task::Waker::noop().clone());
+		for kept in &greedy[2..] {
+			assert!(kept.poll_info_known(&waiter).is_pending(), "{} given up", kept.name());
+		}
+		drop(unanswered);
 	});
 }
 

@@ -314,6 +314,49 @@ fn track_names_asked_of_someone_elses_broadcast_are_bounded_and_forgotten() {
 }
 
 #[test]
+fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
+	// Before: a publisher's session refused every track request past `track_requests`, whoever
+	// made it, so a viewer subscribing to names the publisher is slow to answer kept every other
+	// viewer from its tracks for as long as it liked. Now the budget is shared fairly among the
+	// viewers asking: the newcomer's request takes the place of the greedy viewer's oldest.
+	let relay = relay_with_session(|limits| limits.track_requests = 32);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(5);
+		let (broadcast, track, _publication) = local_broadcast(&origin, "slow");
+		// Names it does not have wait for a handler that never answers.
+		broadcast.serve_requests();
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let attacker = raw(&relay, &endpoint, true).await;
+		let mut streams = Vec::new();
+		for id in 0..32 {
+			let (mut send, recv) = attacker.open_bi().await.unwrap();
+			send.write(subscribe_bytes(id, "slow", &format!("never-{id}"), None))
+				.await
+				.unwrap();
+			streams.push((send, recv));
+		}
+		let mut unanswered = Vec::new();
+		for _ in 0..32 {
+			unanswered.push(broadcast.requested_track().await.unwrap());
+		}
+		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
+
+		let viewer_origin = Origin::new(6);
+		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
+		let mirrored = announced(&viewer_origin, "slow").await;
+		let mut video = mirrored.subscribe_track("video", sub()).unwrap();
+		within(LIMIT, "the viewer's subscription upstream", track.used()).await;
+		publish(&track, 0);
+		let got = within(LIMIT, "the viewer's first group", take(&mut video, 1)).await;
+		assert_eq!(got, vec![(0, 0)]);
+		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
+		drop((streams, unanswered));
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
 fn announcements_past_a_sessions_budget_are_ignored() {
 	// Before: a session could announce without limit, each announcement kept in the origin.
 	let relay = relay_with_session(|limits| limits.announces = 100);

@@ -160,6 +160,7 @@ impl BroadcastProducer {
 	pub fn consume(&self) -> BroadcastConsumer {
 		BroadcastConsumer {
 			state: self.state.clone(),
+			requester: None,
 		}
 	}
 }
@@ -202,9 +203,20 @@ impl fmt::Debug for BroadcastProducer {
 #[derive(Clone)]
 pub struct BroadcastConsumer {
 	state: Lock<BroadcastState>,
+	/// Recorded on the tracks this consumer's requests create.
+	requester: Option<u64>,
 }
 
 impl BroadcastConsumer {
+	/// This consumer, recording the tracks its requests create as `requester`'s (see
+	/// [`OriginConsumer::requesting_as`](super::OriginConsumer::requesting_as)).
+	pub fn requested_by(&self, requester: Option<u64>) -> Self {
+		Self {
+			state: self.state.clone(),
+			requester,
+		}
+	}
+
 	/// A cursor on track `name` from its latest group, carrying `subscription` as demand.
 	/// Creates the track through the producer's request handler if it does not exist.
 	pub fn subscribe_track(&self, name: &str, subscription: Subscription) -> Result<TrackConsumer, Error> {
@@ -234,7 +246,7 @@ impl BroadcastConsumer {
 					None => Err(Error::NotFound),
 				};
 			}
-			let track = TrackProducer::pending(name, state.pool.clone());
+			let track = TrackProducer::pending(name, state.pool.clone(), self.requester);
 			state.tracks.insert(name.to_owned(), track.state().clone());
 			let shared = track.state().clone();
 			state.requests.push_back(track);

@@ -362,6 +362,7 @@ impl Origin {
 	pub fn consumer(&self) -> OriginConsumer {
 		OriginConsumer {
 			view: View::root(self.state.clone()),
+			requester: None,
 		}
 	}
 }
@@ -626,6 +627,9 @@ impl fmt::Debug for Publication {
 #[derive(Clone)]
 pub struct OriginConsumer {
 	view: View,
+	/// Whose requests for tracks that do not exist yet this view makes (see
+	/// [`requesting_as`](Self::requesting_as)).
+	requester: Option<u64>,
 }
 
 impl OriginConsumer {
@@ -633,6 +637,7 @@ impl OriginConsumer {
 	pub fn with_root(&self, prefix: &Path) -> Self {
 		Self {
 			view: self.view.with_root(prefix),
+			requester: self.requester,
 		}
 	}
 
@@ -640,6 +645,7 @@ impl OriginConsumer {
 	pub fn scope(&self, prefixes: &[Path]) -> Self {
 		Self {
 			view: self.view.scope(prefixes),
+			requester: self.requester,
 		}
 	}
 
@@ -648,6 +654,18 @@ impl OriginConsumer {
 	pub fn hide(&self, prefix: &Path) -> Self {
 		Self {
 			view: self.view.hide(prefix),
+			requester: self.requester,
+		}
+	}
+
+	/// This view, recording the tracks it makes a broadcast's handler create as `requester`'s: a
+	/// handler that must refuse requests can then share its room fairly among requesters, so one
+	/// of them cannot take it all (a relay's sessions each request as one; see
+	/// [`TrackProducer::requester`](super::TrackProducer::requester)).
+	pub fn requesting_as(&self, requester: u64) -> Self {
+		Self {
+			view: self.view.clone(),
+			requester: Some(requester),
 		}
 	}
 
@@ -666,7 +684,7 @@ impl OriginConsumer {
 			.broadcasts
 			.get(&path)
 			.and_then(|stack| stack.last())
-			.map(|announced| announced.broadcast.clone())
+			.map(|announced| announced.broadcast.requested_by(self.requester))
 			.ok_or(Error::NotFound)
 	}
 

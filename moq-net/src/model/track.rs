@@ -182,6 +182,8 @@ pub(crate) struct TrackState {
 	/// How many times [`TrackProducer::start_over`] emptied the cache; a cursor that saw fewer
 	/// forgets the sequences it had passed.
 	restarts: u64,
+	/// Who asked for the track, if it was created on request (see [`TrackProducer::requester`]).
+	requester: Option<u64>,
 }
 
 impl TrackState {
@@ -338,6 +340,7 @@ impl TrackProducer {
 				pool,
 				group_cap: MAX_GROUP_BYTES,
 				restarts: 0,
+				requester: None,
 			}),
 		}
 	}
@@ -370,10 +373,19 @@ impl TrackProducer {
 
 	/// A track whose info is not known yet: consumers wait in [`TrackConsumer::info_known`]
 	/// until [`set_info`](Self::set_info).
-	pub(crate) fn pending(name: &str, pool: Option<Pool>) -> Self {
+	pub(crate) fn pending(name: &str, pool: Option<Pool>, requester: Option<u64>) -> Self {
 		let track = Self::build(name, TrackInfo::default(), pool);
-		track.state.lock().info_known = false;
+		let mut state = track.state.lock();
+		state.info_known = false;
+		state.requester = requester;
+		drop(state);
 		track
+	}
+
+	/// Who asked for this track, for a track created on request by a consumer that said (see
+	/// [`OriginConsumer::requesting_as`](super::OriginConsumer::requesting_as)).
+	pub fn requester(&self) -> Option<u64> {
+		self.state.lock().requester
 	}
 
 	/// Sets the byte cap of groups created from now on.

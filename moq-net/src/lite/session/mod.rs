@@ -372,6 +372,10 @@ pub struct Session<T: Transport + 'static> {
 	inner: Rc<Inner<T>>,
 }
 
+/// Each session's requester id (see [`OriginConsumer::requesting_as`]): unique in the process,
+/// never reused.
+static NEXT_REQUESTER: AtomicU64 = AtomicU64::new(1);
+
 /// Starts both halves: serve `publish` to the peer (if given), and take the peer's broadcasts
 /// into `subscribe` (if given).
 pub fn start<T: Transport + Clone + 'static>(
@@ -382,6 +386,13 @@ pub fn start<T: Transport + Clone + 'static>(
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
 	let budget = budget::Budget::new(config.limits, config.counters.clone());
+	// The tracks this peer makes other sessions ask their peers for are recorded as its own, so
+	// those sessions share their track requests fairly among the peers asking. A cluster peer
+	// asks on behalf of a whole relay's viewers: it is not counted against them.
+	let publish = publish.map(|origin| match config.cluster {
+		true => origin,
+		false => origin.requesting_as(NEXT_REQUESTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+	});
 	let inner = Rc::new(Inner {
 		transport,
 		budget,

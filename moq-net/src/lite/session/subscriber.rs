@@ -204,17 +204,20 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 }
 
 /// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream, at most
-/// [`Limits::track_requests`](super::Limits::track_requests) at once per session. When they are
-/// all taken, a new request takes the place of the oldest that nobody subscribes to (a name asked
-/// for by a TRACK alone, still unanswered or lingering after its last subscriber left), which
-/// ends with BoundsExceeded; only when every one has subscribers is the new one refused. Before,
-/// the newest was refused whatever the others were: names one viewer asked for and left, or asked
-/// of a publisher slow to answer, kept every other viewer from the publisher's tracks.
+/// [`Limits::track_requests`](super::Limits::track_requests) at once per session. The budget is
+/// shared by every peer asking for the broadcast's tracks, so when it is spent a new request takes
+/// the place of the oldest that nobody subscribes to (a name asked for by a TRACK alone, still
+/// unanswered or lingering after its last subscriber left), or else of the oldest of the peer
+/// holding the most, if that is two more than the new one's holds (see [`Requests::make_room`]).
+/// The request given up ends with BoundsExceeded; only when neither exists is the new one
+/// refused. Before, the newest was refused whatever the others were: names one viewer asked for
+/// (and left, or asked of a publisher slow to answer) kept every other viewer from the
+/// publisher's tracks.
 async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
 	let mut requests = Requests::default();
 	while let Some(track) = broadcast.requested_track().await {
 		if inner.budget.is_full(Resource::TrackRequests) {
-			requests.evict_unused(&broadcast);
+			requests.make_room(&broadcast, track.requester());
 		}
 		let Some(charge) = inner.budget.hold(Resource::TrackRequests) else {
 			broadcast.remove_track(&track);
@@ -254,13 +257,15 @@ impl Requests {
 		self.0.push_back(request);
 	}
 
-	/// Ends the oldest request nobody subscribes to, if there is one, and gives its charge back.
-	fn evict_unused(&mut self, broadcast: &BroadcastProducer) {
-		let Some(at) = self
-			.0
-			.iter()
-			.position(|request| !request.task.is_finished() && request.track.subscription().is_none())
-		else {
+	/// Ends a request to make room for one from `requester`, and gives its charge back: the oldest
+	/// nobody subscribes to, or else the oldest of the requester that holds the most, if that is at
+	/// least two more than `requester` holds (so nobody is held below another's share). Tracks
+	/// without a requester (a cluster peer's, the application's own) go only for want of
+	/// subscribers. Only when the budget is spent: it walks every request.
+	fn make_room(&mut self, broadcast: &BroadcastProducer, requester: Option<u64>) {
+		self.0.retain(|request| !request.task.is_finished());
+		let unused = self.0.iter().position(|request| request.track.subscription().is_none());
+		let Some(at) = unused.or_else(|| self.of_the_greediest(requester)) else {
 			return;
 		};
 		let request = self.0.remove(at).expect("found above");
@@ -268,6 +273,26 @@ impl Requests {
 		request.charge.take();
 		broadcast.remove_track(&request.track);
 		request.track.abort(model::Error::BoundsExceeded);
+	}
+}
+
+impl Requests {
+	/// The oldest request of the requester holding the most, if that is two more than `requester`.
+	fn of_the_greediest(&self, requester: Option<u64>) -> Option<usize> {
+		let mut held: HashMap<u64, usize> = HashMap::new();
+		for request in &self.0 {
+			if let Some(id) = request.track.requester() {
+				*held.entry(id).or_default() += 1;
+			}
+		}
+		let mine = requester.and_then(|id| held.get(&id).copied()).unwrap_or(0);
+		let (&greediest, &most) = held.iter().max_by_key(|(_, count)| **count)?;
+		if most < mine + 2 {
+			return None;
+		}
+		self.0
+			.iter()
+			.position(|request| request.track.requester() == Some(greediest))
 	}
 }
 
