@@ -45,8 +45,9 @@ pub struct LimitOptions {
 	#[arg(long = "connection-window", value_name = "SIZE")]
 	pub connection_window: Option<Size>,
 	/// Bytes the relay may hold queued for one connection's streams, all together, beyond what
-	/// QUIC has taken in to send; writers wait past it (each stream also holds at most 256KiB)
-	/// [file: `[limits] send_buffer`] [default: 4MiB].
+	/// QUIC has taken in to send; writers wait past it (each stream also takes writes only while it
+	/// holds less than QUIC has taken from it, between 4KiB and 256KiB, so a peer that grants no
+	/// credit gets little prepared) [file: `[limits] send_buffer`] [default: 4MiB].
 	#[arg(long = "send-buffer", value_name = "SIZE")]
 	pub send_buffer: Option<Size>,
 	/// Streams of each direction a peer may have open on one connection. A connection starts
@@ -63,7 +64,9 @@ pub struct LimitOptions {
 	/// [file: `[limits] subscriptions`] [default: 1024].
 	#[arg(long = "max-subscriptions", value_name = "N")]
 	pub subscriptions: Option<usize>,
-	/// Tracks that may be asked at once of one publishing session's broadcasts; more are refused
+	/// Tracks that may be asked at once of one publishing session's broadcasts, shared fairly by
+	/// the viewers asking: past it, a new request takes the place of the oldest one nobody
+	/// subscribes to, or of the viewer holding the most, and is refused only when neither exists
 	/// [file: `[limits] track_requests`] [default: 1024].
 	#[arg(long = "max-track-requests", value_name = "N")]
 	pub track_requests: Option<usize>,
