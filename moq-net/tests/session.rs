@@ -368,6 +368,11 @@ fn a_publisher_that_disconnects_ends_its_broadcast_for_subscribers() {
 
 /// A raw peer: sends our own bytes to the relay after a valid SETUP exchange.
 async fn raw_peer(relay: &Origin) -> (Memory, Session<Memory>) {
+	raw_peer_limited(relay, session::Limits::default()).await
+}
+
+/// [`raw_peer`], with the relay's side of the session under `limits`.
+async fn raw_peer_limited(relay: &Origin, limits: session::Limits) -> (Memory, Session<Memory>) {
 	let (raw, relay_end) = memory::pair();
 	let relay_config = Config {
 		origin: RELAY_ID,
@@ -386,6 +391,7 @@ async fn raw_peer(relay: &Origin) -> (Memory, Session<Memory>) {
 		relay_end,
 		Config {
 			origin: RELAY_ID,
+			limits,
 			..Config::default()
 		},
 		peer,
@@ -846,6 +852,75 @@ fn a_publishers_track_requests_are_shared_fairly_among_the_peers_asking() {
 			assert!(kept.poll_info_known(&waiter).is_pending(), "{} given up", kept.name());
 		}
 		drop(unanswered);
+	});
+}
+
+#[test]
+fn a_peers_requests_past_its_burst_wait_for_its_rate() {
+	// Before: a peer could make requests as fast as it could write them, each a task and its
+	// state (and a SUBSCRIBE with history up to 64 group streams), cancel them and ask again.
+	let runtime = kio::Builder::single().paused_clock(true).build().unwrap();
+	runtime.block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
+		publish(&track, 0);
+		let limits = session::Limits {
+			request_rate: 10,
+			request_burst: 4,
+			..session::Limits::default()
+		};
+		let (raw, _relay_side) = raw_peer_limited(&relay, limits).await;
+		let start = kio::time::now();
+		// Twelve TRACK requests at once: four answered at once, then one every 100 ms.
+		let request = typed(
+			u64::from(ControlType::Track),
+			&Track {
+				broadcast: "bbb".into(),
+				track: "video".into(),
+			},
+		);
+		let mut streams = Vec::new();
+		for _ in 0..12 {
+			streams.push(send_bi(&raw, request.clone(), true).await);
+		}
+		let mut answered = Vec::new();
+		for (_send, mut recv) in streams {
+			assert!(recv.read().await.unwrap().is_some(), "the track's info");
+			answered.push(kio::time::now() - start);
+		}
+		assert!(answered[..4].iter().all(Duration::is_zero), "{answered:?}");
+		for (k, at) in answered.iter().enumerate().skip(4) {
+			let due = Duration::from_millis(100 * (k as u64 - 3));
+			assert!(
+				*at >= due && *at < due + Duration::from_millis(50),
+				"request {k} at {at:?}"
+			);
+		}
+
+		// History asked for again is paced like a request: the SUBSCRIBE waits its turn, and its
+		// rewind 100 ms more.
+		let subscribe = Subscribe {
+			start: Some(0),
+			..test_support::subscribe(1, "bbb", "video")
+		};
+		let (mut send, _recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
+		assert_eq!(next_group_stream(&raw).await, 0);
+		let subscribed = kio::time::now();
+		for start in [1, 0] {
+			let update = moq_net::lite::SubscribeUpdate {
+				priority: 0,
+				ordered: false,
+				latency_max: Duration::ZERO,
+				start: Some(start),
+				end: None,
+			};
+			let mut bytes = Vec::new();
+			update.encode(&mut bytes);
+			send.write(Bytes::from(bytes)).await.unwrap();
+		}
+		assert_eq!(next_group_stream(&raw).await, 0, "group 0 again");
+		let rewound = kio::time::now() - subscribed;
+		assert!(rewound >= Duration::from_millis(100), "rewound after {rewound:?}");
 	});
 }
 

@@ -78,6 +78,16 @@ pub struct LimitOptions {
 	/// [file: `[limits] partial_bytes`] [default: 8MiB].
 	#[arg(long = "max-partial-bytes", value_name = "SIZE")]
 	pub partial_bytes: Option<Size>,
+	/// Requests one session may make per second (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST, and
+	/// SUBSCRIBE_UPDATEs asking for history again), past --max-request-burst at once: later ones
+	/// wait, none is refused; 0 paces nothing. Cluster peers are not paced
+	/// [file: `[limits] request_rate`] [default: 64].
+	#[arg(long = "max-request-rate", value_name = "N")]
+	pub request_rate: Option<u32>,
+	/// Requests one session may make at once before --max-request-rate paces them
+	/// [file: `[limits] request_burst`] [default: 256].
+	#[arg(long = "max-request-burst", value_name = "N")]
+	pub request_burst: Option<u32>,
 	/// The share of the cache one publishing session may fill [file: `[limits] session_cache`]
 	/// [default: a quarter of --cache-size].
 	#[arg(long = "session-cache", value_name = "SIZE")]
@@ -173,6 +183,8 @@ impl LimitOptions {
 			track_requests: self.track_requests.unwrap_or(d.session.track_requests),
 			groups_in_flight: self.groups_in_flight.unwrap_or(d.session.groups_in_flight).max(1),
 			partial_bytes: self.partial_bytes.map_or(d.session.partial_bytes, |s| s.0),
+			request_rate: self.request_rate.unwrap_or(d.session.request_rate),
+			request_burst: self.request_burst.unwrap_or(d.session.request_burst).max(1),
 		};
 		Ok(Limits {
 			quic: moq_quic::Limits {
@@ -203,12 +215,14 @@ impl LimitOptions {
 }
 
 /// A cluster peer's session: `session`'s limits with `requests` announcements, subscriptions and
-/// track requests.
+/// track requests, and its requests not paced (a peer asks for every viewer of its relay, and a
+/// relay that restarts asks for all of them at once).
 fn cluster_limits(session: moq_net::lite::session::Limits, requests: usize) -> moq_net::lite::session::Limits {
 	moq_net::lite::session::Limits {
 		announces: requests,
 		subscriptions: requests,
 		track_requests: requests,
+		request_rate: 0,
 		..session
 	}
 }
@@ -230,5 +244,14 @@ mod tests {
 			toml::from_str::<LimitOptions>("handshake = 1").is_err(),
 			"a typo is an error"
 		);
+	}
+
+	#[test]
+	fn requests_are_paced_for_every_session_but_a_cluster_peers() {
+		let file: LimitOptions = toml::from_str("request_rate = 5\nrequest_burst = 0").unwrap();
+		let limits = file.resolve().unwrap();
+		assert_eq!(limits.session.request_rate, 5);
+		assert_eq!(limits.session.request_burst, 1, "a burst of at least one request");
+		assert_eq!(limits.cluster_session.request_rate, 0, "cluster peers are not paced");
 	}
 }

@@ -978,6 +978,16 @@ fn render_metrics(shared: &Shared) -> String {
 		load(&counters.budget_refusals),
 	)
 	.counter(
+		"moq_relay_requests_paced_total",
+		"Requests that waited for their session's request rate (limits.request_rate, past limits.request_burst).",
+		load(&counters.requests_paced),
+	)
+	.gauge(
+		"moq_relay_request_rate_limit",
+		"Requests one session may make per second past its burst (limits.request_rate; 0 paces nothing).",
+		u64::from(limits.session.request_rate),
+	)
+	.counter(
 		"moq_relay_certificate_reloads_total",
 		"Renewed TLS certificates put in service from the certificate files.",
 		load(&shared.certificate_reloads),

@@ -10,6 +10,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::{Counters, Limits};
 
@@ -118,6 +119,55 @@ impl Budget {
 	}
 }
 
+/// Paces a peer's requests: `rate` a second once `burst` have gone at once, by the generic cell
+/// rate algorithm (one instant: when the next request would be on time if requests came at
+/// exactly `rate`). A request is admitted at once while that instant is at most `burst` requests
+/// ahead of the clock, and waits for it otherwise; nothing is refused, so a well-behaved peer
+/// that asks for a lot at once sees its requests served a little later.
+pub(crate) struct Pace {
+	/// Between two requests at `rate`; zero paces nothing.
+	interval: Duration,
+	/// How far ahead of the clock the next on-time instant may be: `burst` intervals.
+	ahead: Duration,
+	next: Cell<Option<Instant>>,
+}
+
+impl Pace {
+	pub(crate) fn new(rate: u32, burst: u32) -> Self {
+		let interval = match rate {
+			0 => Duration::ZERO,
+			rate => Duration::from_secs(1) / rate,
+		};
+		Self {
+			interval,
+			ahead: interval.saturating_mul(burst.max(1)),
+			next: Cell::new(None),
+		}
+	}
+
+	/// Takes a request's turn: `None` if it may go now, else the instant it may go at (the turn is
+	/// taken either way, so requests keep their order and their rate).
+	pub(crate) fn take(&self, now: Instant) -> Option<Instant> {
+		if self.interval.is_zero() {
+			return None;
+		}
+		let next = self.next.get().map_or(now, |next| next.max(now)) + self.interval;
+		self.next.set(Some(next));
+		let at = next.checked_sub(self.ahead)?;
+		(at > now).then_some(at)
+	}
+
+	/// Waits for a request's turn; counts it in `paced` if it had to.
+	pub(crate) async fn admit(&self, paced: Option<&AtomicU64>) {
+		if let Some(at) = self.take(kio::time::now()) {
+			if let Some(paced) = paced {
+				paced.fetch_add(1, Ordering::Relaxed);
+			}
+			kio::time::sleep_until(at).await;
+		}
+	}
+}
+
 /// One unit of a resource, given back on drop.
 pub(crate) struct Held {
 	budget: Rc<Budget>,
@@ -153,5 +203,29 @@ mod tests {
 		drop(other);
 		assert_eq!(a.used(Resource::Subscriptions), 0);
 		assert_eq!(counters.subscriptions.load(Ordering::Relaxed), 0);
+	}
+
+	#[test]
+	fn requests_go_at_once_up_to_the_burst_then_at_the_rate() {
+		let start = Instant::now();
+		let at = |ms| start + Duration::from_millis(ms);
+		let pace = Pace::new(10, 3);
+		// Three at once, then one every 100 ms, in the order they came.
+		assert_eq!(pace.take(start), None);
+		assert_eq!(pace.take(start), None);
+		assert_eq!(pace.take(start), None);
+		assert_eq!(pace.take(start), Some(at(100)));
+		assert_eq!(pace.take(start), Some(at(200)));
+		// A request at 200 ms waits behind those two.
+		assert_eq!(pace.take(at(200)), Some(at(300)));
+		// A quiet second gives the burst back, and no more than it.
+		let later = at(1_400);
+		for _ in 0..3 {
+			assert_eq!(pace.take(later), None);
+		}
+		assert_eq!(pace.take(later), Some(later + Duration::from_millis(100)));
+		// Rate 0 paces nothing.
+		let free = Pace::new(0, 1);
+		assert!((0..10_000).all(|_| free.take(start).is_none()));
 	}
 }

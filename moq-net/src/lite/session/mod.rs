@@ -167,6 +167,13 @@ pub struct Limits {
 	/// Bytes of messages and frames received in part (split across chunks) the session may buffer
 	/// over all its streams; a stream that needs more is stopped with BoundsExceeded.
 	pub partial_bytes: u64,
+	/// Requests the peer may make per second, after [`request_burst`](Self::request_burst) at
+	/// once: request streams (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST) and SUBSCRIBE_UPDATEs that
+	/// ask for history again. A request past it waits (and its stream with it), and so does every
+	/// request stream after it; nothing is refused. 0 paces nothing.
+	pub request_rate: u32,
+	/// Requests the peer may make at once before [`request_rate`](Self::request_rate) paces them.
+	pub request_burst: u32,
 }
 
 impl Limits {
@@ -177,6 +184,8 @@ impl Limits {
 		track_requests: usize::MAX,
 		groups_in_flight: usize::MAX,
 		partial_bytes: u64::MAX,
+		request_rate: 0,
+		request_burst: u32::MAX,
 	};
 }
 
@@ -190,6 +199,11 @@ impl Default for Limits {
 			track_requests: 1024,
 			groups_in_flight: 64,
 			partial_bytes: 8 << 20,
+			// A request costs the relay a task and its state, and a SUBSCRIBE with history up
+			// to 64 group streams and their first chunks; a viewer asks for a few tracks at a
+			// time, a page of many players a few hundred at once.
+			request_rate: 64,
+			request_burst: 256,
 		}
 	}
 }
@@ -248,6 +262,8 @@ pub struct Counters {
 	pub partial_bytes: AtomicU64,
 	/// Requests, streams and groups refused or cut because a budget was spent.
 	pub budget_refusals: AtomicU64,
+	/// Requests that waited for their session's request rate ([`Limits::request_rate`]).
+	pub requests_paced: AtomicU64,
 }
 
 /// What the peer said in its SETUP.
@@ -338,6 +354,8 @@ struct Inner<T: Transport> {
 	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].
 	served: RefCell<HashSet<u64>>,
 	budget: Rc<budget::Budget>,
+	/// The peer's requests, paced by [`Limits::request_rate`].
+	pace: budget::Pace,
 }
 
 impl<T: Transport + 'static> Inner<T> {
@@ -386,6 +404,7 @@ pub fn start<T: Transport + Clone + 'static>(
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
 	let budget = budget::Budget::new(config.limits, config.counters.clone());
+	let pace = budget::Pace::new(config.limits.request_rate, config.limits.request_burst);
 	// The tracks this peer makes other sessions ask their peers for are recorded as its own, so
 	// those sessions share their track requests fairly among the peers asking. A cluster peer
 	// asks on behalf of a whole relay's viewers: it is not counted against them.
@@ -402,6 +421,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		subscriptions: RefCell::new(HashMap::new()),
 		next_subscribe_id: Cell::new(0),
 		served: RefCell::new(HashSet::new()),
+		pace,
 	});
 	inner.spawn(publisher::run(inner.clone(), publish));
 	inner.spawn(subscriber::accept_groups(inner.clone()));

@@ -27,8 +27,16 @@ use crate::model::{
 use crate::transport::{RecvStream, SendStream, Transport, TransportExt};
 
 /// Accepts the peer's bidirectional streams and serves each in its own task.
+/// Each is a request paced by [`Limits::request_rate`](super::Limits::request_rate): one that
+/// must wait holds the next ones back, and the peer's streams past its allowance with them.
 pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, publish: Option<OriginConsumer>) {
+	let paced = inner
+		.config
+		.counters
+		.as_deref()
+		.map(|counters| &counters.requests_paced);
 	while let Ok((send, recv)) = inner.transport.accept_bi().await {
+		inner.pace.admit(paced).await;
 		inner.spawn(serve(inner.clone(), send, recv, publish.clone()));
 	}
 }
@@ -472,12 +480,34 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				return send.finish();
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
-			SubscribeEvent::Update(Ok(Some(update))) => apply_update(&mut cursor, &mut subscription, &update),
+			SubscribeEvent::Update(Ok(Some(update))) => {
+				// History asked for again is a request like a new SUBSCRIBE (up to
+				// `groups_in_flight` cached groups sent again), and paced like one.
+				if rewinds(&subscription, &update) {
+					let paced = inner
+						.config
+						.counters
+						.as_deref()
+						.map(|counters| &counters.requests_paced);
+					inner.pace.admit(paced).await;
+				}
+				apply_update(&mut cursor, &mut subscription, &update)
+			}
 			// The subscriber's FIN: unsubscribe. In-flight groups are reset (code 0) as `groups`
 			// drops.
 			SubscribeEvent::Update(Ok(None)) => return send.finish(),
 			SubscribeEvent::Update(Err(err)) => return Err(err),
 		}
+	}
+}
+
+/// Whether `update` moves the subscription's start back (or sets one where there was none): its
+/// cursor will offer cached groups again.
+fn rewinds(subscription: &Subscription, update: &SubscribeUpdate) -> bool {
+	match (subscription.start, update.start) {
+		(Some(old), Some(new)) => new < old,
+		(None, Some(_)) => true,
+		(_, None) => false,
 	}
 }
 
