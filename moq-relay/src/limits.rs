@@ -154,7 +154,14 @@ impl Default for Limits {
 			// grow to this on use; 256 concurrent group streams or requests is far more than a
 			// publisher or viewer uses.
 			streams: 256,
-			session: moq_net::lite::session::Limits::default(),
+			session: moq_net::lite::session::Limits {
+				// A request costs the relay a task and its state, and a SUBSCRIBE with history up
+				// to 64 group streams and their first chunks; a viewer asks for a few tracks at a
+				// time, a page of many players a few hundred at once.
+				request_rate: 64,
+				request_burst: 256,
+				..moq_net::lite::session::Limits::default()
+			},
 			// A peer announces every broadcast its clients publish and asks once for every track
 			// its viewers want; a relay with more than this many is one to split.
 			cluster_session: cluster_limits(moq_net::lite::session::Limits::default(), 16_384),
@@ -239,7 +246,7 @@ mod tests {
 		assert_eq!(limits.quic.handshakes, 10);
 		assert_eq!(limits.stream_window, 64 << 10);
 		assert_eq!(limits.http_head_timeout, Duration::from_millis(1500));
-		assert_eq!(limits.session, moq_net::lite::session::Limits::default());
+		assert_eq!(limits.session, Limits::default().session);
 		assert!(
 			toml::from_str::<LimitOptions>("handshake = 1").is_err(),
 			"a typo is an error"

@@ -170,7 +170,7 @@ pub struct Limits {
 	/// Requests the peer may make per second, after [`request_burst`](Self::request_burst) at
 	/// once: request streams (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST) and SUBSCRIBE_UPDATEs that
 	/// ask for history again. A request past it waits (and its stream with it), and so does every
-	/// request stream after it; nothing is refused. 0 paces nothing.
+	/// request stream after it; nothing is refused. 0 (the default) paces nothing.
 	pub request_rate: u32,
 	/// Requests the peer may make at once before [`request_rate`](Self::request_rate) paces them.
 	pub request_burst: u32,
@@ -199,10 +199,10 @@ impl Default for Limits {
 			track_requests: 1024,
 			groups_in_flight: 64,
 			partial_bytes: 8 << 20,
-			// A request costs the relay a task and its state, and a SUBSCRIBE with history up
-			// to 64 group streams and their first chunks; a viewer asks for a few tracks at a
-			// time, a page of many players a few hundred at once.
-			request_rate: 64,
+			// Not paced: a publisher's peer is usually a relay asking for every track its viewers
+			// want (a TRACK and a SUBSCRIBE each), and a relay sets its own pace for the peers it
+			// serves (moq-relay's `--max-request-rate`).
+			request_rate: 0,
 			request_burst: 256,
 		}
 	}
