@@ -746,112 +746,159 @@ fn track_names_asked_of_a_peers_broadcast_are_forgotten() {
 	});
 }
 
-#[test]
-fn names_nobody_subscribes_to_give_way_to_a_subscription() {
-	// Before: once a publisher's session had `track_requests` tracks asked of it, every further
-	// request was refused, whoever made it: names one viewer asked for and left (or asked of a
-	// publisher slow to answer) kept every other viewer from the publisher's real tracks.
-	kio::block_on(async {
+/// A publisher session on the relay whose broadcasts "bbb" and "ccc" each have a track "video"
+/// and leave every other name unanswered (a handler that never answers), with `track_requests`.
+struct SlowPublisher {
+	relay: Origin,
+	video: [TrackProducer; 2],
+	unanswered: Vec<TrackProducer>,
+	broadcasts: [BroadcastProducer; 2],
+	_keep: Vec<Box<dyn std::any::Any>>,
+}
+
+impl SlowPublisher {
+	async fn new(track_requests: usize) -> Self {
 		let relay = Origin::new(RELAY_ID);
 		let publisher_origin = Origin::new(1);
-		let (broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		// Names the publisher does not have wait for a handler that never answers.
-		broadcast.serve_requests();
+		let (bbb, bbb_video, bbb_publication) = local_broadcast(&publisher_origin, "bbb");
+		let (ccc, ccc_video, ccc_publication) = local_broadcast(&publisher_origin, "ccc");
+		bbb.serve_requests();
+		ccc.serve_requests();
 		let limits = session::Limits {
-			track_requests: 4,
+			track_requests,
 			..session::Limits::default()
 		};
-		let (_publisher, _relay_side) =
+		let (publisher, relay_side) =
 			connect_limited(&relay, client(1, "/"), Some(&publisher_origin), None, limits).await;
-		let mirrored = announced(&relay, "bbb").await;
-		// Four names asked for, nobody subscribing: the publisher hears each, and answers none.
-		let asked: Vec<TrackConsumer> = (0..4).map(|i| mirrored.track(&format!("slow-{i}")).unwrap()).collect();
-		let mut unanswered = Vec::new();
-		for _ in 0..4 {
-			unanswered.push(broadcast.requested_track().await.unwrap());
+		announced(&relay, "bbb").await;
+		announced(&relay, "ccc").await;
+		Self {
+			relay,
+			video: [bbb_video, ccc_video],
+			unanswered: Vec::new(),
+			broadcasts: [bbb, ccc],
+			_keep: vec![
+				Box::new(publisher),
+				Box::new(relay_side),
+				Box::new(bbb_publication),
+				Box::new(ccc_publication),
+				Box::new(publisher_origin),
+			],
 		}
-		// A subscription to the real track takes the oldest one's place.
-		let mut video = mirrored.subscribe_track("video", sub(0)).unwrap();
-		assert!(video.info_known().await.is_ok(), "refused");
-		track.used().await;
-		publish(&track, 0);
-		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
-		assert_eq!(asked[0].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
-		// Names with subscribers and no requester (the application's own requests, as here, or
-		// a cluster peer's) are never given up: with three subscribed and the video, a fifth
-		// request is refused, and the subscribed names are still asked for.
-		let subscribed: Vec<TrackConsumer> = (1..4)
-			.map(|i| mirrored.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
-			.collect();
-		let mut refused = mirrored.subscribe_track("another", sub(0)).unwrap();
-		assert!(matches!(
-			refused.recv_group().await,
-			Err(moq_net::model::Error::BoundsExceeded)
-		));
-		for consumer in &subscribed {
-			assert!(
-				consumer
-					.poll_info_known(&kio::Waiter::new(std::task::Waker::noop().clone()))
-					.is_pending()
-			);
+	}
+
+	/// The relay's broadcast `name`, asking as `requester` (`None`: as the application).
+	fn asking_as(&self, requester: Option<u64>, name: &str) -> moq_net::model::BroadcastConsumer {
+		let consumer = self.relay.consumer();
+		let consumer = match requester {
+			Some(id) => consumer.requesting_as(id),
+			None => consumer,
+		};
+		consumer.broadcast(&Path::new(name)).unwrap()
+	}
+
+	/// Waits until the publisher has heard `count` more names it will never answer, on "bbb".
+	async fn heard(&mut self, count: usize) {
+		for _ in 0..count {
+			self.unanswered
+				.push(self.broadcasts[0].requested_track().await.unwrap());
 		}
-		drop(unanswered);
-		drop(asked);
-	});
+	}
+
+	/// Waits until `cursor`'s track is refused (true), or the publisher hears another name on
+	/// either broadcast, which means it was not (false).
+	async fn refused(&mut self, cursor: &TrackConsumer) -> bool {
+		let broadcasts = &self.broadcasts;
+		let heard = kio::wait(|waiter| {
+			if let Poll::Ready(refused) = given_up(cursor, waiter) {
+				return Poll::Ready(Err(refused));
+			}
+			for broadcast in broadcasts {
+				if let Poll::Ready(track) = broadcast.poll_requested_track(waiter) {
+					return Poll::Ready(Ok(track));
+				}
+			}
+			Poll::Pending
+		})
+		.await;
+		match heard {
+			Err(refused) => refused,
+			Ok(track) => {
+				self.unanswered.extend(track);
+				false
+			}
+		}
+	}
+}
+
+/// Ready with whether `cursor`'s track was given up (BoundsExceeded) or got its info; pending
+/// otherwise.
+fn given_up(cursor: &TrackConsumer, waiter: &kio::Waiter) -> Poll<bool> {
+	cursor
+		.poll_info_known(waiter)
+		.map(|info| info == Err(moq_net::model::Error::BoundsExceeded))
+}
+
+/// Asserts `cursor`'s track still waits for its info: neither answered nor given up.
+fn still_asked(cursor: &TrackConsumer) {
+	let waiter = kio::Waiter::new(std::task::Waker::noop().clone());
+	assert!(
+		cursor.poll_info_known(&waiter).is_pending(),
+		"{} was given up",
+		cursor.name()
+	);
+}
+
+/// Asserts `cursor`'s track was given up already (the request that took its place was served
+/// after it was, so by then it has been).
+fn was_given_up(cursor: &TrackConsumer) {
+	let waiter = kio::Waiter::new(std::task::Waker::noop().clone());
+	assert_eq!(
+		given_up(cursor, &waiter),
+		Poll::Ready(true),
+		"{} was not given up",
+		cursor.name()
+	);
 }
 
 #[test]
-fn a_publishers_track_requests_are_shared_fairly_among_the_peers_asking() {
-	// Before: one viewer subscribing to names a publisher is slow to answer took every track
-	// request of its session, and every other viewer was refused.
+fn names_whose_subscribers_left_give_way_to_a_new_request() {
+	// Before: once a publisher's session had `track_requests` tracks asked of it, every further
+	// request was refused, whoever made it: names viewers subscribed to and left kept every other
+	// viewer from the publisher's real tracks for as long as they lingered.
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher_origin = Origin::new(1);
-		let (broadcast, track, _publication) = local_broadcast(&publisher_origin, "bbb");
-		broadcast.serve_requests();
-		let limits = session::Limits {
-			track_requests: 5,
-			..session::Limits::default()
-		};
-		let (_publisher, _relay_side) =
-			connect_limited(&relay, client(1, "/"), Some(&publisher_origin), None, limits).await;
-		announced(&relay, "bbb").await;
-		let as_peer = |id| relay.consumer().requesting_as(id).broadcast(&Path::new("bbb")).unwrap();
-		let (greedy, fair) = (as_peer(100), as_peer(200));
-		// The greedy peer subscribes to five names the publisher never answers.
-		let greedy: Vec<TrackConsumer> = (0..5)
-			.map(|i| greedy.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
+		let mut slow = SlowPublisher::new(4).await;
+		let bbb = slow.asking_as(None, "bbb");
+		let mut gone: Vec<TrackConsumer> = (0..4)
+			.map(|i| bbb.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
 			.collect();
-		let mut unanswered = Vec::new();
-		for _ in 0..5 {
-			unanswered.push(broadcast.requested_track().await.unwrap());
+		slow.heard(4).await;
+		// The subscribers of the first two leave (their cursors stay, to see what becomes of
+		// them); the other two stay subscribed.
+		let kept = gone.split_off(2);
+		for cursor in &mut gone {
+			cursor.unsubscribe();
 		}
-		// The other peer's subscription takes the place of the greedy one's oldest...
-		let mut video = fair.subscribe_track("video", sub(0)).unwrap();
+		// A subscription to the real track takes the place of the oldest that nobody watches.
+		let mut video = bbb.subscribe_track("video", sub(0)).unwrap();
 		assert!(video.info_known().await.is_ok(), "refused");
-		track.used().await;
-		publish(&track, 0);
+		slow.video[0].used().await;
+		publish(&slow.video[0], 0);
 		assert_eq!(take(&mut video, 1).await, vec![(0, 0)]);
-		assert_eq!(greedy[0].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
-		// ...and so does its next (3 against 2 after), but not a third: a request is given up only
-		// for a peer holding two fewer, or the two would take each other's place in turn.
-		let _second = fair.subscribe_track("slow-fair", sub(0)).unwrap();
-		assert_eq!(greedy[1].info_known().await, Err(moq_net::model::Error::BoundsExceeded));
-		let third = fair.subscribe_track("another", sub(0)).unwrap();
-		// Whichever comes first: the third refused, or the greedy peer's next given up for it.
-		let third_refused = kio::wait(|waiter| {
-			if let Poll::Ready(info) = third.poll_info_known(waiter) {
-				return Poll::Ready(info == Err(moq_net::model::Error::BoundsExceeded));
-			}
-			greedy[2].poll_info_known(waiter).map(|_| false)
-		})
-		.await;
-		assert!(third_refused, "a third request took the greedy peer's place");
-		let waiter = kio::Waiter::new(std::task::Waker::noop().clone());
-		for kept in &greedy[2..] {
-			assert!(kept.poll_info_known(&waiter).is_pending(), "{} given up", kept.name());
+		was_given_up(&gone[0]);
+		still_asked(&gone[1]);
+		// A TRACK alone (a viewer between its TRACK and its SUBSCRIBE) is not left, and neither
+		// are the watched names: the next request goes in place of the second abandoned one, and
+		// the one after is refused (everything is the application's: nobody holds two more).
+		let asked = bbb.track("slow-asked").unwrap();
+		slow.heard(1).await;
+		was_given_up(&gone[1]);
+		let another = bbb.subscribe_track("another", sub(0)).unwrap();
+		assert!(slow.refused(&another).await, "another took a place");
+		still_asked(&asked);
+		for cursor in &kept {
+			still_asked(cursor);
 		}
-		drop(unanswered);
 	});
 }
 
@@ -921,6 +968,55 @@ fn a_peers_requests_past_its_burst_wait_for_its_rate() {
 		assert_eq!(next_group_stream(&raw).await, 0, "group 0 again");
 		let rewound = kio::time::now() - subscribed;
 		assert!(rewound >= Duration::from_millis(100), "rewound after {rewound:?}");
+	});
+}
+
+#[test]
+fn a_publishers_track_requests_are_shared_fairly_among_the_peers_asking() {
+	// Before: one viewer subscribing to names a publisher is slow to answer took every track
+	// request of its session, and every other viewer was refused, on all its broadcasts.
+	kio::block_on(async {
+		let mut slow = SlowPublisher::new(6).await;
+		let (greedy, fair) = (Some(100), Some(200));
+		// The greedy peer is first on the real track, then asks for five names never answered.
+		let mut greedy_video = slow.asking_as(greedy, "bbb").subscribe_track("video", sub(0)).unwrap();
+		assert!(greedy_video.info_known().await.is_ok());
+		let names: Vec<TrackConsumer> = (0..5)
+			.map(|i| {
+				let bbb = slow.asking_as(greedy, "bbb");
+				bbb.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap()
+			})
+			.collect();
+		slow.heard(5).await;
+		// The other peer watches the same real track (no request of its own: it is shared now)...
+		let mut fair_video = slow.asking_as(fair, "bbb").subscribe_track("video", sub(0)).unwrap();
+		// ...and asks for the other broadcast's: the budget is the session's, over both, so it
+		// takes the place of the greedy peer's oldest name, not of the shared track (older still).
+		let mut other = slow.asking_as(fair, "ccc").subscribe_track("video", sub(0)).unwrap();
+		assert!(other.info_known().await.is_ok(), "refused");
+		was_given_up(&names[0]);
+		slow.video[0].used().await;
+		slow.video[1].used().await;
+		publish(&slow.video[0], 0);
+		publish(&slow.video[1], 0);
+		assert_eq!(take(&mut greedy_video, 1).await, vec![(0, 0)]);
+		assert_eq!(take(&mut fair_video, 1).await, vec![(0, 0)]);
+		assert_eq!(take(&mut other, 1).await, vec![(0, 0)]);
+		// Its next request goes too (4 against 1 before it), but not a third (3 against 2): a
+		// request is given up only for a peer holding two fewer, or the two would take each
+		// other's place in turn.
+		let ccc = slow.asking_as(fair, "ccc");
+		let second = ccc.subscribe_track("slow-fair", sub(0)).unwrap();
+		assert!(!slow.refused(&second).await, "the second was refused");
+		was_given_up(&names[1]);
+		let third = ccc.subscribe_track("another", sub(0)).unwrap();
+		assert!(
+			slow.refused(&third).await,
+			"a third request took the greedy peer's place"
+		);
+		for kept in &names[2..] {
+			still_asked(kept);
+		}
 	});
 }
 

@@ -13,11 +13,13 @@
 //!
 //! Written data waits in the stream's own queue (at most [`STREAM_BUFFER`] per stream, and
 //! [`crate::Config::send_buffer`] over all of them: a peer that lets us open many streams and
-//! grants them no credit holds no more; a writer that finds either full waits for the first bytes
-//! to leave it). A stream's queue takes a write only while it holds less than quinn-proto has
-//! taken from it so far, or [`UNPROVEN_QUEUE`] if that is less: what a writer hands over ahead of
-//! the peer's credit is in proportion to that credit, so a peer that asks for data and grants
-//! none makes us prepare a few KiB per stream, not the whole buffer (see [`SendHalf::limit`]).
+//! grants them no credit holds no more). A stream's queue takes a write only while it holds less
+//! than quinn-proto has taken from it so far, or than [`UNPROVEN_QUEUE`] if that is more: what a
+//! writer hands over ahead of the peer's credit is in proportion to that credit, so a peer that
+//! asks for data and grants none makes us prepare a few KiB per stream, not the whole buffer (see
+//! [`SendHalf::limit`]). A writer past either bound waits until the queue drains below it: the
+//! connection's, for the first bytes to leave any stream; its stream's, for quinn-proto to take
+//! enough (after a large write, about half of it).
 //! The [`Scheduler`] decides which stream feeds
 //! quinn-proto next (strict priority levels, deficit round robin of send groups, streams within a
 //! group), topping up what quinn-proto holds unsent to one GSO batch before each
@@ -71,7 +73,8 @@ pub const TX_DATAGRAM_BUDGET: usize = 64;
 /// throughput.md`). Priorities stay strict whatever the quantum; it only sets how finely groups
 /// of one priority interleave.
 const QUANTUM: usize = 16 * 1024;
-/// Bytes a stream's own queue takes before writers wait.
+/// The most a stream's own queue holds (a write is split there); writers wait before it, at
+/// [`SendHalf::limit`].
 pub(crate) const STREAM_BUFFER: usize = 256 * 1024;
 /// What a stream's queue takes before quinn-proto has taken as much from it: enough for a group's
 /// header and a few small frames, which a live group's stream rarely holds more of. A write that

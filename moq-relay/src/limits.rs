@@ -65,9 +65,9 @@ pub struct LimitOptions {
 	#[arg(long = "max-subscriptions", value_name = "N")]
 	pub subscriptions: Option<usize>,
 	/// Tracks that may be asked at once of one publishing session's broadcasts, shared fairly by
-	/// the viewers asking: past it, a new request takes the place of the oldest one nobody
-	/// subscribes to, or of the viewer holding the most, and is refused only when neither exists
-	/// [file: `[limits] track_requests`] [default: 1024].
+	/// the addresses asking: past it, a new request takes the place of the oldest one whose
+	/// subscribers left, or of the address holding the most, and is refused only when neither
+	/// exists [file: `[limits] track_requests`] [default: 1024].
 	#[arg(long = "max-track-requests", value_name = "N")]
 	pub track_requests: Option<usize>,
 	/// Group streams in flight per subscription; past it the oldest group of a lagging

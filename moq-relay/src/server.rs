@@ -743,7 +743,16 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 			shared.origin.producer().hide(&shared.members),
 		),
 	};
-	let publish = (!grant.subscribe.is_empty()).then(|| consumer.with_root(root).scope(&grant.subscribe));
+	let publish = (!grant.subscribe.is_empty()).then(|| {
+		let publish = consumer.with_root(root).scope(&grant.subscribe);
+		// A publisher's track requests are shared fairly among those asking (moq-net's
+		// `Requests::make_room`): a client's share is its address's, so more connections from one
+		// place do not buy more of it. A cluster peer asks for a whole relay, as itself.
+		match grant.cluster {
+			true => publish,
+			false => publish.requesting_as(address_requester(remote.ip())),
+		}
+	});
 	let subscribe = (!grant.publish.is_empty()).then(|| producer.with_root(root).scope(&grant.publish));
 	// A cluster peer carries a whole relay's broadcasts and demand: its own limits, the whole
 	// cache, and only our own clients' routes announced to it. Any other session's ingest fills
@@ -1097,9 +1106,20 @@ fn escaped(text: &str) -> String {
 	out
 }
 
+/// The requester an address's sessions share (see `serve_session`): an IPv4 address, or an IPv6
+/// /64 (what one host or home is usually given), with the top bit set so no session's own id
+/// (counted up from 1) is one. Distinct places that map to one key only share a fair share.
+fn address_requester(ip: std::net::IpAddr) -> u64 {
+	const ADDRESS: u64 = 1 << 63;
+	match ip.to_canonical() {
+		std::net::IpAddr::V4(v4) => ADDRESS | 1 << 62 | u64::from(u32::from(v4)),
+		std::net::IpAddr::V6(v6) => ADDRESS | (u128::from(v6) >> 64) as u64,
+	}
+}
+
 #[cfg(test)]
 mod tests {
-	use super::escaped;
+	use super::{address_requester, escaped};
 
 	#[test]
 	fn peer_strings_cannot_forge_log_lines() {
@@ -1164,5 +1184,20 @@ mod tests {
 			let id = super::relay_id();
 			assert!(id > 0 && id < 1 << 53, "{id}");
 		}
+	}
+
+	#[test]
+	fn sessions_of_one_address_request_as_one() {
+		let key = |ip: &str| address_requester(ip.parse().unwrap());
+		assert_eq!(
+			key("192.0.2.7"),
+			key("::ffff:192.0.2.7"),
+			"an IPv4-mapped address is its IPv4"
+		);
+		assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
+		assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"), "one /64");
+		assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+		// Never a session's own id (counted up from 1).
+		assert!(key("0.0.0.0") >= 1 << 63 && key("::") >= 1 << 63);
 	}
 }

@@ -318,7 +318,8 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 	// Before: a publisher's session refused every track request past `track_requests`, whoever
 	// made it, so a viewer subscribing to names the publisher is slow to answer kept every other
 	// viewer from its tracks for as long as it liked. Now the budget is shared fairly among the
-	// viewers asking: the newcomer's request takes the place of the greedy viewer's oldest.
+	// addresses asking: another address's request takes the place of the greedy one's oldest,
+	// and a second connection from the greedy address buys it nothing.
 	let relay = relay_with_session(|limits| limits.track_requests = 32);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
@@ -327,7 +328,9 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		// Names it does not have wait for a handler that never answers.
 		broadcast.serve_requests();
 		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
-		let attacker = raw(&relay, &endpoint, true).await;
+		// The attacker, from another address than the viewer's (127.0.0.1).
+		let elsewhere = moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap();
+		let attacker = raw_to(&elsewhere, relay.bound.quic, &relay.verification(), true).await;
 		let mut streams = Vec::new();
 		for id in 0..32 {
 			let (mut send, recv) = attacker.open_bi().await.unwrap();
@@ -342,6 +345,16 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		}
 		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
 
+		// A second connection from the attacker's address asks for one more: refused, since
+		// the address holds the most already.
+		let second = raw_to(&elsewhere, relay.bound.quic, &relay.verification(), true).await;
+		let (mut send, mut recv) = second.open_bi().await.unwrap();
+		send.write(subscribe_bytes(0, "slow", "never-more", None))
+			.await
+			.unwrap();
+		let refused = within(LIMIT, "the second connection's answer", recv.read()).await;
+		assert!(matches!(refused, Err(moq_quic::StreamError::Reset(11))), "{refused:?}");
+
 		let viewer_origin = Origin::new(6);
 		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
 		let mirrored = announced(&viewer_origin, "slow").await;
@@ -351,7 +364,7 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		let got = within(LIMIT, "the viewer's first group", take(&mut video, 1)).await;
 		assert_eq!(got, vec![(0, 0)]);
 		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
-		drop((streams, unanswered));
+		drop((streams, unanswered, send, recv, second));
 	});
 	relay.stop().unwrap();
 }

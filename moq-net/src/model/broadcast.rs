@@ -221,12 +221,12 @@ impl BroadcastConsumer {
 	/// Creates the track through the producer's request handler if it does not exist.
 	pub fn subscribe_track(&self, name: &str, subscription: Subscription) -> Result<TrackConsumer, Error> {
 		let state = self.track_state(name)?;
-		Ok(TrackConsumer::subscribed(state, subscription))
+		Ok(TrackConsumer::subscribed(state, subscription, self.requester))
 	}
 
 	/// A cursor on track `name` without demand (see [`subscribe_track`](Self::subscribe_track)).
 	pub fn track(&self, name: &str) -> Result<TrackConsumer, Error> {
-		Ok(TrackConsumer::new(self.track_state(name)?))
+		Ok(TrackConsumer::new(self.track_state(name)?).for_requester(self.requester))
 	}
 
 	fn track_state(&self, name: &str) -> Result<Lock<TrackState>, Error> {

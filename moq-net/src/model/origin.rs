@@ -669,6 +669,11 @@ impl OriginConsumer {
 		}
 	}
 
+	/// Whose requests this view makes, if it says (see [`requesting_as`](Self::requesting_as)).
+	pub fn requester(&self) -> Option<u64> {
+		self.requester
+	}
+
 	/// The prefixes this view may see, relative to its root.
 	pub fn allowed(&self) -> &[Path] {
 		&self.view.allowed

@@ -171,7 +171,9 @@ pub(crate) struct TrackState {
 	error: Option<Error>,
 	/// Drained by every new group, finish and abort.
 	on_group: WaiterList,
-	subscriptions: Slab<Subscription>,
+	/// Each cursor's demand, and who it subscribes for (see
+	/// [`OriginConsumer::requesting_as`](super::OriginConsumer::requesting_as)).
+	subscriptions: Slab<(Subscription, Option<u64>)>,
 	demand: Option<Subscription>,
 	demand_version: u64,
 	/// Drained when the aggregate demand changes.
@@ -258,7 +260,7 @@ impl TrackState {
 	}
 
 	fn set_demand(&mut self) -> Wakes {
-		let demand = Subscription::aggregate(self.subscriptions.iter().map(|(_, sub)| sub), self.max_sequence);
+		let demand = Subscription::aggregate(self.subscriptions.iter().map(|(_, (sub, _))| sub), self.max_sequence);
 		if demand == self.demand {
 			return Wakes::none();
 		}
@@ -386,6 +388,24 @@ impl TrackProducer {
 	/// [`OriginConsumer::requesting_as`](super::OriginConsumer::requesting_as)).
 	pub fn requester(&self) -> Option<u64> {
 		self.state.lock().requester
+	}
+
+	/// Who alone holds the track: the one requester every subscription is for, or, with nobody
+	/// subscribed, whoever asked for it ([`requester`](Self::requester)); `None` when subscribers
+	/// of several requesters share it (then no one of them can be said to hold it).
+	pub fn holder(&self) -> Option<Option<u64>> {
+		let state = self.state.lock();
+		let mut requesters = state.subscriptions.iter().map(|(_, (_, requester))| *requester);
+		match requesters.next() {
+			None => Some(state.requester),
+			Some(first) => requesters.all(|requester| requester == first).then_some(first),
+		}
+	}
+
+	/// Whether the track had subscribers and has none now (it lingers, if its handler lets it).
+	pub fn is_abandoned(&self) -> bool {
+		let state = self.state.lock();
+		state.demand.is_none() && state.demand_version > 0
 	}
 
 	/// Sets the byte cap of groups created from now on.
@@ -595,7 +615,7 @@ impl TrackProducer {
 	/// A cursor that carries `subscription` as demand; starts at `subscription.start`, or at the
 	/// latest group.
 	pub fn subscribe(&self, subscription: Subscription) -> TrackConsumer {
-		TrackConsumer::subscribed(self.state.clone(), subscription)
+		TrackConsumer::subscribed(self.state.clone(), subscription, None)
 	}
 }
 
@@ -638,6 +658,8 @@ pub struct TrackConsumer {
 	start: Option<u64>,
 	end: Option<u64>,
 	subscription: Option<usize>,
+	/// Who this cursor subscribes for (see [`TrackProducer::holder`]).
+	requester: Option<u64>,
 }
 
 /// What a cursor has passed, by sequence: meaningful only in the numbering it was read in. Every
@@ -689,11 +711,18 @@ impl TrackConsumer {
 			start: None,
 			end: None,
 			subscription: None,
+			requester: None,
 		}
 	}
 
-	pub(crate) fn subscribed(state: Lock<TrackState>, subscription: Subscription) -> Self {
-		let mut consumer = Self::new(state);
+	/// This cursor, subscribing (if it does) for `requester`.
+	pub(crate) fn for_requester(mut self, requester: Option<u64>) -> Self {
+		self.requester = requester;
+		self
+	}
+
+	pub(crate) fn subscribed(state: Lock<TrackState>, subscription: Subscription, requester: Option<u64>) -> Self {
+		let mut consumer = Self::new(state).for_requester(requester);
 		if let Some(start) = subscription.start {
 			consumer.start_at(start);
 		}
@@ -788,8 +817,8 @@ impl TrackConsumer {
 		let wakes = {
 			let mut state = self.state.lock();
 			match self.subscription {
-				Some(key) => state.subscriptions[key] = subscription,
-				None => self.subscription = Some(state.subscriptions.insert(subscription)),
+				Some(key) => state.subscriptions[key].0 = subscription,
+				None => self.subscription = Some(state.subscriptions.insert((subscription, self.requester))),
 			}
 			state.set_demand()
 		};
@@ -961,6 +990,7 @@ impl Clone for TrackConsumer {
 			start: self.start,
 			end: self.end,
 			subscription: None,
+			requester: self.requester,
 		}
 	}
 }

@@ -356,6 +356,8 @@ struct Inner<T: Transport> {
 	budget: Rc<budget::Budget>,
 	/// The peer's requests, paced by [`Limits::request_rate`].
 	pace: budget::Pace,
+	/// Tracks asked of the peer's broadcasts, served from upstream.
+	requests: RefCell<subscriber::Requests>,
 }
 
 impl<T: Transport + 'static> Inner<T> {
@@ -390,8 +392,8 @@ pub struct Session<T: Transport + 'static> {
 	inner: Rc<Inner<T>>,
 }
 
-/// Each session's requester id (see [`OriginConsumer::requesting_as`]): unique in the process,
-/// never reused.
+/// Each session's requester id, unless its `publish` view has one (see
+/// [`OriginConsumer::requesting_as`]): unique in the process, never reused, below 2^62.
 static NEXT_REQUESTER: AtomicU64 = AtomicU64::new(1);
 
 /// Starts both halves: serve `publish` to the peer (if given), and take the peer's broadcasts
@@ -405,12 +407,12 @@ pub fn start<T: Transport + Clone + 'static>(
 ) -> Session<T> {
 	let budget = budget::Budget::new(config.limits, config.counters.clone());
 	let pace = budget::Pace::new(config.limits.request_rate, config.limits.request_burst);
-	// The tracks this peer makes other sessions ask their peers for are recorded as its own, so
-	// those sessions share their track requests fairly among the peers asking. A cluster peer
-	// asks on behalf of a whole relay's viewers: it is not counted against them.
-	let publish = publish.map(|origin| match config.cluster {
-		true => origin,
-		false => origin.requesting_as(NEXT_REQUESTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+	// The tracks this peer makes other sessions ask their peers for are recorded as its own (or
+	// as whoever `publish` already requests as: a relay groups its sessions by address), so those
+	// sessions share their track requests fairly among the peers asking.
+	let publish = publish.map(|origin| match origin.requester() {
+		Some(_) => origin,
+		None => origin.requesting_as(NEXT_REQUESTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
 	});
 	let inner = Rc::new(Inner {
 		transport,
@@ -422,6 +424,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		next_subscribe_id: Cell::new(0),
 		served: RefCell::new(HashSet::new()),
 		pace,
+		requests: RefCell::default(),
 	});
 	inner.spawn(publisher::run(inner.clone(), publish));
 	inner.spawn(subscriber::accept_groups(inner.clone()));

@@ -1,7 +1,7 @@
 //! The subscriber half: takes the peer's announcements into an origin, fetches tracks on
 //! demand, and ingests group streams.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -204,20 +204,17 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 }
 
 /// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream, at most
-/// [`Limits::track_requests`](super::Limits::track_requests) at once per session. The budget is
-/// shared by every peer asking for the broadcast's tracks, so when it is spent a new request takes
-/// the place of the oldest that nobody subscribes to (a name asked for by a TRACK alone, still
-/// unanswered or lingering after its last subscriber left), or else of the oldest of the peer
-/// holding the most, if that is two more than the new one's holds (see [`Requests::make_room`]).
-/// The request given up ends with BoundsExceeded; only when neither exists is the new one
-/// refused. Before, the newest was refused whatever the others were: names one viewer asked for
-/// (and left, or asked of a publisher slow to answer) kept every other viewer from the
-/// publisher's tracks.
+/// [`Limits::track_requests`](super::Limits::track_requests) at once over all the session's
+/// broadcasts. The budget is shared by every peer asking for them, so when it is spent a new
+/// request takes the place of another (see [`Requests::make_room`]), which ends with
+/// BoundsExceeded; only when none may go is the new one refused. Before, the newest was refused
+/// whatever the others were: names one viewer asked for (and left, or asked of a publisher slow
+/// to answer) kept every other viewer from the publisher's tracks.
 async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
-	let mut requests = Requests::default();
+	let serving = Serving::new(&inner.requests);
 	while let Some(track) = broadcast.requested_track().await {
 		if inner.budget.is_full(Resource::TrackRequests) {
-			requests.make_room(&broadcast, track.requester());
+			inner.requests.borrow_mut().make_room(track.requester());
 		}
 		let Some(charge) = inner.budget.hold(Resource::TrackRequests) else {
 			broadcast.remove_track(&track);
@@ -232,75 +229,126 @@ async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path,
 			track.clone(),
 			charge.clone(),
 		));
-		requests.push(Request { track, task, charge });
+		inner.requests.borrow_mut().push(Request {
+			track,
+			broadcast: broadcast.clone(),
+			serving: serving.id,
+			task,
+			charge,
+		});
 	}
 }
 
-/// A track being served from upstream: its task, and the charge it holds (given back by the task
-/// when it ends, or by eviction at once, so the request that evicted it can take it).
+/// A track being served from upstream: its broadcast and which [`serve_requests`] took it, its
+/// task, and the charge it holds (given back by the task when it ends, or by eviction at once, so
+/// the request that evicted it can take it).
 struct Request {
 	track: TrackProducer,
+	broadcast: BroadcastProducer,
+	serving: u64,
 	task: kio::JoinHandle<()>,
 	charge: Rc<Cell<Option<Held>>>,
 }
 
-/// The tracks a mirrored broadcast serves, oldest first; their tasks are aborted when it drops.
+impl Request {
+	/// Ends the request at once and forgets its track.
+	fn evict(self) {
+		self.task.abort();
+		self.charge.take();
+		self.broadcast.remove_track(&self.track);
+		self.track.abort(model::Error::BoundsExceeded);
+	}
+}
+
+/// The tracks a session serves from upstream, over all its mirrored broadcasts, oldest first;
+/// their tasks are aborted when it drops (with the session).
 #[derive(Default)]
-struct Requests(VecDeque<Request>);
+pub(super) struct Requests {
+	requests: VecDeque<Request>,
+	/// The id the next [`Serving`] takes.
+	next_serving: u64,
+}
 
 impl Requests {
 	fn push(&mut self, request: Request) {
 		// Ended requests are dropped now and then, not on each push (as `Owned` does).
-		if self.0.len() >= 16 && self.0.len().is_power_of_two() {
-			self.0.retain(|request| !request.task.is_finished());
+		let len = self.requests.len();
+		if len >= 16 && len.is_power_of_two() {
+			self.requests.retain(|request| !request.task.is_finished());
 		}
-		self.0.push_back(request);
+		self.requests.push_back(request);
 	}
 
-	/// Ends a request to make room for one from `requester`, and gives its charge back: the oldest
-	/// nobody subscribes to, or else the oldest of the requester that holds the most, if that is at
-	/// least two more than `requester` holds (so nobody is held below another's share). Tracks
-	/// without a requester (a cluster peer's, the application's own) go only for want of
-	/// subscribers. Only when the budget is spent: it walks every request.
-	fn make_room(&mut self, broadcast: &BroadcastProducer, requester: Option<u64>) {
-		self.0.retain(|request| !request.task.is_finished());
-		let unused = self.0.iter().position(|request| request.track.subscription().is_none());
-		let Some(at) = unused.or_else(|| self.of_the_greediest(requester)) else {
+	/// Ends a request to make room for one from `requester`, and gives its charge back:
+	/// - the oldest whose subscribers have all left (it only lingers);
+	/// - or else the oldest of the requester that alone holds the most (see
+	///   [`TrackProducer::holder`]: a track subscribed to for several requesters is nobody's, and
+	///   never goes), if that is at least two more than `requester` holds, so nobody is held below
+	///   another's share. A name asked for by a TRACK and not yet subscribed to is its asker's:
+	///   a viewer between its TRACK and its SUBSCRIBE keeps it unless it holds the most.
+	///
+	/// Requests without a requester (the application's own) count as one requester's. Only when
+	/// the budget is spent: it walks every request.
+	fn make_room(&mut self, requester: Option<u64>) {
+		self.requests.retain(|request| !request.task.is_finished());
+		let abandoned = self.requests.iter().position(|request| request.track.is_abandoned());
+		let Some(at) = abandoned.or_else(|| self.of_the_greediest(requester)) else {
 			return;
 		};
-		let request = self.0.remove(at).expect("found above");
-		request.task.abort();
-		request.charge.take();
-		broadcast.remove_track(&request.track);
-		request.track.abort(model::Error::BoundsExceeded);
+		self.requests.remove(at).expect("found above").evict();
 	}
-}
 
-impl Requests {
-	/// The oldest request of the requester holding the most, if that is two more than `requester`.
+	/// The oldest request of the requester alone holding the most, if that is two more than
+	/// `requester` holds.
 	fn of_the_greediest(&self, requester: Option<u64>) -> Option<usize> {
-		let mut held: HashMap<u64, usize> = HashMap::new();
-		for request in &self.0 {
-			if let Some(id) = request.track.requester() {
-				*held.entry(id).or_default() += 1;
-			}
+		let holders: Vec<Option<Option<u64>>> = self.requests.iter().map(|request| request.track.holder()).collect();
+		let mut held: HashMap<Option<u64>, usize> = HashMap::new();
+		for holder in holders.iter().flatten() {
+			*held.entry(*holder).or_default() += 1;
 		}
-		let mine = requester.and_then(|id| held.get(&id).copied()).unwrap_or(0);
+		let mine = held.get(&requester).copied().unwrap_or(0);
 		let (&greediest, &most) = held.iter().max_by_key(|(_, count)| **count)?;
 		if most < mine + 2 {
 			return None;
 		}
-		self.0
-			.iter()
-			.position(|request| request.track.requester() == Some(greediest))
+		holders.iter().position(|holder| *holder == Some(greediest))
 	}
 }
 
 impl Drop for Requests {
 	fn drop(&mut self) {
-		for request in &self.0 {
+		for request in &self.requests {
 			request.task.abort();
 		}
+	}
+}
+
+/// One [`serve_requests`]: when it ends (its broadcast ended, or was replaced), so do the
+/// requests it took.
+struct Serving<'a> {
+	requests: &'a RefCell<Requests>,
+	id: u64,
+}
+
+impl<'a> Serving<'a> {
+	fn new(requests: &'a RefCell<Requests>) -> Self {
+		let mut all = requests.borrow_mut();
+		let id = all.next_serving;
+		all.next_serving += 1;
+		Self { requests, id }
+	}
+}
+
+impl Drop for Serving<'_> {
+	fn drop(&mut self) {
+		let mut all = self.requests.borrow_mut();
+		all.requests.retain(|request| {
+			let mine = request.serving == self.id;
+			if mine {
+				request.task.abort();
+			}
+			!mine
+		});
 	}
 }
 
