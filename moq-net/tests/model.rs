@@ -1155,3 +1155,32 @@ fn raising_the_floor_offers_nothing_twice_and_clearing_it_never_repeats_the_late
 	fresh.clear_start();
 	assert_eq!(drain(&mut fresh, false), Vec::<u64>::new(), "7 was yielded already");
 }
+
+#[test]
+fn a_views_requests_are_its_requesters_however_it_found_the_broadcast() {
+	// Found in review: broadcasts from an announcement cursor did not carry the view's requester,
+	// so tracks asked for through them were nobody's.
+	kio::block_on(async {
+		let origin = Origin::new(1);
+		let (broadcast, _publication) = origin
+			.producer()
+			.create_broadcast(&Path::new("bbb"), Route::default())
+			.unwrap();
+		broadcast.serve_requests();
+		let view = origin.consumer().requesting_as(9);
+		let mut cursor = view.announced(&Path::default());
+		let announced = cursor.next().await.broadcast.expect("announced");
+		let _asked = announced.track("by-cursor").unwrap();
+		let _subscribed = view
+			.broadcast(&Path::new("bbb"))
+			.unwrap()
+			.subscribe_track("by-path", Subscription::default())
+			.unwrap();
+		for name in ["by-cursor", "by-path"] {
+			let requested = broadcast.requested_track().await.unwrap();
+			assert_eq!(requested.name(), name);
+			assert_eq!(requested.requester(), Some(9), "{name}");
+			assert_eq!(requested.holder(), Some(Some(9)), "{name}");
+		}
+	});
+}

@@ -757,6 +757,7 @@ impl OriginConsumer {
 		AnnounceCursor {
 			state: self.view.state.clone(),
 			key,
+			requester: self.requester,
 		}
 	}
 }
@@ -771,6 +772,8 @@ impl fmt::Debug for OriginConsumer {
 pub struct AnnounceCursor {
 	state: Lock<OriginState>,
 	key: usize,
+	/// The view's requester, given to the broadcasts it yields.
+	requester: Option<u64>,
 }
 
 impl AnnounceCursor {
@@ -779,7 +782,7 @@ impl AnnounceCursor {
 		let mut state = self.state.lock();
 		let cursor = &mut state.cursors[self.key];
 		match cursor.pop() {
-			Some(update) => Poll::Ready(update),
+			Some(update) => Poll::Ready(self.carrying_requester(update)),
 			None => {
 				cursor.on_update.register(waiter);
 				Poll::Pending
@@ -799,7 +802,15 @@ impl AnnounceCursor {
 
 	/// The next update if one is queued.
 	pub fn try_next(&mut self) -> Option<Update> {
-		self.state.lock().cursors[self.key].pop()
+		let update = self.state.lock().cursors[self.key].pop();
+		update.map(|update| self.carrying_requester(update))
+	}
+
+	fn carrying_requester(&self, mut update: Update) -> Update {
+		if self.requester.is_some() {
+			update.broadcast = update.broadcast.map(|broadcast| broadcast.requested_by(self.requester));
+		}
+		update
 	}
 }
 
