@@ -1180,7 +1180,7 @@ fn a_views_requests_are_its_requesters_however_it_found_the_broadcast() {
 			let requested = broadcast.requested_track().await.unwrap();
 			assert_eq!(requested.name(), name);
 			assert_eq!(requested.requester(), Some(9), "{name}");
-			assert_eq!(requested.holder(), Some(Some(9)), "{name}");
+			assert_eq!(requested.holders(16), Some(vec![Some(9)]), "{name}");
 		}
 	});
 }

@@ -390,16 +390,30 @@ impl TrackProducer {
 		self.state.lock().requester
 	}
 
-	/// Who alone holds the track: the one requester every subscription is for, or, with nobody
-	/// subscribed, whoever asked for it ([`requester`](Self::requester)); `None` when subscribers
-	/// of several requesters share it (then no one of them can be said to hold it).
-	pub fn holder(&self) -> Option<Option<u64>> {
+	/// Who holds the track: the distinct requesters its subscriptions are for, or, with nobody
+	/// subscribed, whoever asked for it ([`requester`](Self::requester)); `None` past `max` of
+	/// them (so widely held, it is nobody's in particular).
+	pub fn holders(&self, max: usize) -> Option<Vec<Option<u64>>> {
 		let state = self.state.lock();
-		let mut requesters = state.subscriptions.iter().map(|(_, (_, requester))| *requester);
-		match requesters.next() {
-			None => Some(state.requester),
-			Some(first) => requesters.all(|requester| requester == first).then_some(first),
+		if state.subscriptions.is_empty() {
+			return Some(vec![state.requester]);
 		}
+		let mut holders = Vec::new();
+		for (_, (_, requester)) in state.subscriptions.iter() {
+			if !holders.contains(requester) {
+				if holders.len() == max {
+					return None;
+				}
+				holders.push(*requester);
+			}
+		}
+		Some(holders)
+	}
+
+	/// Whether the publisher's properties are known (false for a requested track until its
+	/// handler sets them: upstream has not answered).
+	pub fn has_info(&self) -> bool {
+		self.state.lock().info_known
 	}
 
 	/// Whether the track had subscribers and has none now (it lingers, if its handler lets it).

@@ -134,9 +134,10 @@ pub(crate) struct Pace {
 
 impl Pace {
 	pub(crate) fn new(rate: u32, burst: u32) -> Self {
+		// Rounded up to a nanosecond: a rate past 10^9 a second still paces.
 		let interval = match rate {
 			0 => Duration::ZERO,
-			rate => Duration::from_secs(1) / rate,
+			rate => Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(rate))),
 		};
 		Self {
 			interval,

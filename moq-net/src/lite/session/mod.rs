@@ -168,9 +168,10 @@ pub struct Limits {
 	/// over all its streams; a stream that needs more is stopped with BoundsExceeded.
 	pub partial_bytes: u64,
 	/// Requests the peer may make per second, after [`request_burst`](Self::request_burst) at
-	/// once: request streams (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST) and SUBSCRIBE_UPDATEs that
-	/// ask for history again. A request past it waits (and its stream with it), and so does every
-	/// request stream after it; nothing is refused. 0 (the default) paces nothing.
+	/// once: every bidirectional stream it opens (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST, and
+	/// the rest: Probe, GOAWAY, unknown types) and SUBSCRIBE_UPDATEs that ask for history again. A
+	/// request past it waits (and its stream with it), and so does every request stream after it;
+	/// nothing is refused. 0 (the default) paces nothing.
 	pub request_rate: u32,
 	/// Requests the peer may make at once before [`request_rate`](Self::request_rate) paces them.
 	pub request_burst: u32,

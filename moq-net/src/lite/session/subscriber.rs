@@ -260,6 +260,10 @@ impl Request {
 	}
 }
 
+/// Requesters past which a track is held too widely to count against any (see
+/// [`Requests::make_room`]).
+const HOLDERS_COUNTED: usize = 16;
+
 /// The tracks a session serves from upstream, over all its mirrored broadcasts, oldest first;
 /// their tasks are aborted when it drops (with the session).
 #[derive(Default)]
@@ -281,11 +285,10 @@ impl Requests {
 
 	/// Ends a request to make room for one from `requester`, and gives its charge back:
 	/// - the oldest whose subscribers have all left (it only lingers);
-	/// - or else the oldest of the requester that alone holds the most (see
-	///   [`TrackProducer::holder`]: a track subscribed to for several requesters is nobody's, and
-	///   never goes), if that is at least two more than `requester` holds, so nobody is held below
-	///   another's share. A name asked for by a TRACK and not yet subscribed to is its asker's:
-	///   a viewer between its TRACK and its SUBSCRIBE keeps it unless it holds the most.
+	/// - or else one of the requester that holds the most (see [`TrackProducer::holders`] and
+	///   `of_the_greediest`), if that is at least two more than `requester` holds, so nobody is
+	///   held below another's share. A name asked for by a TRACK and not yet subscribed to is its
+	///   asker's: a viewer between its TRACK and its SUBSCRIBE keeps it unless it holds the most.
 	///
 	/// Requests without a requester (the application's own) count as one requester's. Only when
 	/// the budget is spent: it walks every request.
@@ -298,20 +301,36 @@ impl Requests {
 		self.requests.remove(at).expect("found above").evict();
 	}
 
-	/// The oldest request of the requester alone holding the most, if that is two more than
-	/// `requester` holds.
+	/// A request of the requester holding the most, if that is two more than `requester` holds.
+	/// A track held by k requesters counts 1/k to each (so two peers asking for the same names
+	/// cannot pin them all), and one held by more than [`HOLDERS_COUNTED`] to none. Of the
+	/// greediest one's requests, one upstream has not answered goes first (a name that may never
+	/// be), then the least shared, then the newest: a long-watched track outlasts a burst of new
+	/// names, whoever else shares the requester (a cluster peer's viewers, an address's).
 	fn of_the_greediest(&self, requester: Option<u64>) -> Option<usize> {
-		let holders: Vec<Option<Option<u64>>> = self.requests.iter().map(|request| request.track.holder()).collect();
-		let mut held: HashMap<Option<u64>, usize> = HashMap::new();
-		for holder in holders.iter().flatten() {
-			*held.entry(*holder).or_default() += 1;
+		let holders: Vec<Option<Vec<Option<u64>>>> = self
+			.requests
+			.iter()
+			.map(|request| request.track.holders(HOLDERS_COUNTED))
+			.collect();
+		let mut held: HashMap<Option<u64>, f64> = HashMap::new();
+		for shared in holders.iter().flatten() {
+			for holder in shared {
+				*held.entry(*holder).or_default() += 1.0 / shared.len() as f64;
+			}
 		}
-		let mine = held.get(&requester).copied().unwrap_or(0);
-		let (&greediest, &most) = held.iter().max_by_key(|(_, count)| **count)?;
-		if most < mine + 2 {
+		let mine = held.get(&requester).copied().unwrap_or(0.0);
+		let (&greediest, &most) = held.iter().max_by(|a, b| a.1.total_cmp(b.1))?;
+		if most < mine + 2.0 {
 			return None;
 		}
-		holders.iter().position(|holder| *holder == Some(greediest))
+		holders
+			.iter()
+			.enumerate()
+			.filter_map(|(at, shared)| Some((at, shared.as_ref()?)))
+			.filter(|(_, shared)| shared.contains(&greediest))
+			.min_by_key(|&(at, shared)| (self.requests[at].track.has_info(), shared.len(), std::cmp::Reverse(at)))
+			.map(|(at, _)| at)
 	}
 }
 
@@ -345,7 +364,10 @@ impl Drop for Serving<'_> {
 		all.requests.retain(|request| {
 			let mine = request.serving == self.id;
 			if mine {
+				// The charge at once, not when the aborted task next runs: a request on another
+				// broadcast in the meantime finds the room.
 				request.task.abort();
+				request.charge.take();
 			}
 			!mine
 		});
