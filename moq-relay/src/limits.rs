@@ -78,13 +78,15 @@ pub struct LimitOptions {
 	/// [file: `[limits] partial_bytes`] [default: 8MiB].
 	#[arg(long = "max-partial-bytes", value_name = "SIZE")]
 	pub partial_bytes: Option<Size>,
-	/// Requests one session may make per second (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST, and
+	/// Requests the sessions from one address (an IPv4 address, an IPv6 /64) may make per second
+	/// together (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST and any other stream they open, and
 	/// SUBSCRIBE_UPDATEs asking for history again), past --max-request-burst at once: later ones
 	/// wait, none is refused; 0 paces nothing. Cluster peers are not paced
 	/// [file: `[limits] request_rate`] [default: 64].
 	#[arg(long = "max-request-rate", value_name = "N")]
 	pub request_rate: Option<u32>,
-	/// Requests one session may make at once before --max-request-rate paces them
+	/// Requests the sessions from one address may make at once before --max-request-rate paces
+	/// them
 	/// [file: `[limits] request_burst`] [default: 256].
 	#[arg(long = "max-request-burst", value_name = "N")]
 	pub request_burst: Option<u32>,

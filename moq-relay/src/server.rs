@@ -87,7 +87,30 @@ pub(crate) struct Shared {
 	pub(crate) shutdown_timeout: Duration,
 	/// Each worker's endpoint counters, refreshed every second by the worker.
 	endpoints: Mutex<Vec<EndpointStats>>,
+	/// The pace of each address's requests (see [`Shared::pace_for`]).
+	paces: Mutex<HashMap<u64, Arc<session::Pace>>>,
 	monitors: Vec<kio::Monitor>,
+}
+
+impl Shared {
+	/// The pace every session from the address `key` shares (see [`address_requester`]): a peer
+	/// that reconnects, or opens many connections, gets no fresh burst of requests. Kept while a
+	/// session from the address is open or its requests are still owed turns (a pace past both is
+	/// as good as new); the map forgets the others as it grows.
+	fn pace_for(&self, key: u64) -> Arc<session::Pace> {
+		let now = kio::time::now();
+		let mut paces = self.paces.lock().expect("not poisoned");
+		if let Some(pace) = paces.get(&key) {
+			return pace.clone();
+		}
+		if paces.len() >= 64 && paces.len().is_power_of_two() {
+			paces.retain(|_, pace| Arc::strong_count(pace) > 1 || !pace.is_fresh(now));
+		}
+		let limits = &self.limits.session;
+		let pace = Arc::new(session::Pace::new(limits.request_rate, limits.request_burst, now));
+		paces.insert(key, pace.clone());
+		pace
+	}
 }
 
 /// Triggers a running relay's shutdown from any thread.
@@ -252,6 +275,7 @@ pub fn run(
 		max_connections: config.max_connections,
 		shutdown_timeout: config.shutdown_timeout,
 		endpoints: Mutex::new(vec![EndpointStats::default(); config.workers]),
+		paces: Mutex::new(HashMap::new()),
 		monitors: (0..config.workers).filter_map(|i| runtime.monitor(i)).collect(),
 	});
 	let fingerprint = moq_quic::tls::hex(&shared.certificate.fingerprint());
@@ -743,6 +767,9 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 			shared.origin.producer().hide(&shared.members),
 		),
 	};
+	if !grant.cluster {
+		config.pace = Some(shared.pace_for(address_requester(remote.ip())));
+	}
 	let publish = (!grant.subscribe.is_empty()).then(|| {
 		let publish = consumer.with_root(root).scope(&grant.subscribe);
 		// A publisher's track requests are shared fairly among those asking (moq-net's

@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use kio::net::TcpStream;
-use moq_net::lite::{ControlType, Subscribe};
+use moq_net::lite::{ControlType, Subscribe, Track};
 use moq_net::model::{Origin, Path, Route, Subscription, TrackInfo};
 use moq_relay::limits::Limits;
 use moq_relay::race::{Either, race};
@@ -365,6 +365,53 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		assert_eq!(got, vec![(0, 0)]);
 		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
 		drop((streams, unanswered, send, recv, second));
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_reconnect_buys_no_fresh_burst_of_requests() {
+	// Found in review: each connection had a pace of its own, so a peer that spent its burst of
+	// requests reconnected for another. Now every session from one address shares one.
+	let relay = relay_with_session(|limits| {
+		limits.request_rate = 1;
+		limits.request_burst = 4;
+	});
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(5);
+		let (_broadcast, _track, _publication) = local_broadcast(&origin, "fat");
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let request = Bytes::from(typed(
+			u64::from(ControlType::Track),
+			&Track {
+				broadcast: Path::new("fat"),
+				track: "video".into(),
+			},
+		));
+		let elsewhere = moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap();
+		let ask = async |conn: &moq_quic::Connection| {
+			let (mut send, mut recv) = conn.open_bi().await.unwrap();
+			send.write(request.clone()).await.unwrap();
+			send.finish().unwrap();
+			(send, recv.read().await)
+		};
+		// The burst, answered at once.
+		let first = raw_to(&elsewhere, relay.bound.quic, &relay.verification(), true).await;
+		for _ in 0..4 {
+			let (_send, answer) = ask(&first).await;
+			assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
+		}
+		assert_eq!(relay.metric("moq_relay_requests_paced_total").await, 0);
+		drop(first);
+		// A new connection from the same address: its first request waits its turn.
+		let second = raw_to(&elsewhere, relay.bound.quic, &relay.verification(), true).await;
+		let (mut send, _recv) = second.open_bi().await.unwrap();
+		send.write(request.clone()).await.unwrap();
+		relay
+			.metric_until(LIMIT, "moq_relay_requests_paced_total", |n| n >= 1)
+			.await;
+		drop((send, _recv, second));
 	});
 	relay.stop().unwrap();
 }

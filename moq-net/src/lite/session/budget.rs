@@ -124,38 +124,65 @@ impl Budget {
 /// exactly `rate`). A request is admitted at once while that instant is at most `burst` requests
 /// ahead of the clock, and waits for it otherwise; nothing is refused, so a well-behaved peer
 /// that asks for a lot at once sees its requests served a little later.
-pub(crate) struct Pace {
-	/// Between two requests at `rate`; zero paces nothing.
-	interval: Duration,
+///
+/// One pace may be shared by several sessions, on any workers (a relay gives every session from
+/// one address the same: reconnecting does not buy a fresh burst): the instant is an atomic.
+#[derive(Debug)]
+pub struct Pace {
+	/// Between two requests at `rate`, in nanoseconds; zero paces nothing.
+	interval: u64,
 	/// How far ahead of the clock the next on-time instant may be: `burst` intervals.
-	ahead: Duration,
-	next: Cell<Option<Instant>>,
+	ahead: u64,
+	/// Instants are kept as nanoseconds since this one.
+	epoch: Instant,
+	/// When the next request would be on time; 0 before the first.
+	next: AtomicU64,
 }
 
 impl Pace {
-	pub(crate) fn new(rate: u32, burst: u32) -> Self {
+	/// `rate` requests a second (0: not paced) past `burst` at once, counted from `epoch` (any
+	/// instant not after the first request: a kio clock's `now()` when the pace is made).
+	pub fn new(rate: u32, burst: u32, epoch: Instant) -> Self {
 		// Rounded up to a nanosecond: a rate past 10^9 a second still paces.
 		let interval = match rate {
-			0 => Duration::ZERO,
-			rate => Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(rate))),
+			0 => 0,
+			rate => 1_000_000_000u64.div_ceil(u64::from(rate)),
 		};
 		Self {
 			interval,
-			ahead: interval.saturating_mul(burst.max(1)),
-			next: Cell::new(None),
+			ahead: interval.saturating_mul(u64::from(burst.max(1))),
+			epoch,
+			next: AtomicU64::new(0),
 		}
 	}
 
 	/// Takes a request's turn: `None` if it may go now, else the instant it may go at (the turn is
 	/// taken either way, so requests keep their order and their rate).
 	pub(crate) fn take(&self, now: Instant) -> Option<Instant> {
-		if self.interval.is_zero() {
+		if self.interval == 0 {
 			return None;
 		}
-		let next = self.next.get().map_or(now, |next| next.max(now)) + self.interval;
-		self.next.set(Some(next));
-		let at = next.checked_sub(self.ahead)?;
-		(at > now).then_some(at)
+		let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+		let mut previous = self.next.load(Ordering::Relaxed);
+		let next = loop {
+			let next = previous.max(now).saturating_add(self.interval);
+			match self
+				.next
+				.compare_exchange_weak(previous, next, Ordering::Relaxed, Ordering::Relaxed)
+			{
+				Ok(_) => break next,
+				Err(actual) => previous = actual,
+			}
+		};
+		let at = next.saturating_sub(self.ahead);
+		(at > now).then(|| self.epoch + Duration::from_nanos(at))
+	}
+
+	/// Whether the pace is as if new at `now`: every request made so far is as far behind as a
+	/// full burst. One that is may be forgotten and made again.
+	pub fn is_fresh(&self, now: Instant) -> bool {
+		let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+		self.next.load(Ordering::Relaxed) <= now
 	}
 
 	/// Waits for a request's turn; counts it in `paced` if it had to.
@@ -210,7 +237,7 @@ mod tests {
 	fn requests_go_at_once_up_to_the_burst_then_at_the_rate() {
 		let start = Instant::now();
 		let at = |ms| start + Duration::from_millis(ms);
-		let pace = Pace::new(10, 3);
+		let pace = Pace::new(10, 3, start);
 		// Three at once, then one every 100 ms, in the order they came.
 		assert_eq!(pace.take(start), None);
 		assert_eq!(pace.take(start), None);
@@ -226,7 +253,24 @@ mod tests {
 		}
 		assert_eq!(pace.take(later), Some(later + Duration::from_millis(100)));
 		// Rate 0 paces nothing.
-		let free = Pace::new(0, 1);
+		let free = Pace::new(0, 1, start);
 		assert!((0..10_000).all(|_| free.take(start).is_none()));
+	}
+
+	#[test]
+	fn a_shared_pace_admits_one_burst_across_threads() {
+		let start = Instant::now();
+		let pace = Arc::new(Pace::new(10, 100, start));
+		let takers: Vec<_> = (0..4)
+			.map(|_| {
+				let pace = pace.clone();
+				std::thread::spawn(move || (0..100).filter(|_| pace.take(start).is_none()).count())
+			})
+			.collect();
+		let admitted: usize = takers.into_iter().map(|taker| taker.join().unwrap()).sum();
+		assert_eq!(admitted, 100, "one burst, whoever took it");
+		// 400 turns taken at 10 a second: the last is on time at 40 s, and the pace new again.
+		assert!(!pace.is_fresh(start + Duration::from_millis(39_900)));
+		assert!(pace.is_fresh(start + Duration::from_secs(40)));
 	}
 }
