@@ -78,18 +78,27 @@ pub struct LimitOptions {
 	/// [file: `[limits] partial_bytes`] [default: 8MiB].
 	#[arg(long = "max-partial-bytes", value_name = "SIZE")]
 	pub partial_bytes: Option<Size>,
-	/// Requests the sessions from one address (an IPv4 address, an IPv6 /64) may make per second
-	/// together (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST and any other stream they open, and
-	/// SUBSCRIBE_UPDATEs asking for history again), past --max-request-burst at once: later ones
-	/// wait, none is refused; 0 paces nothing. Cluster peers are not paced
-	/// [file: `[limits] request_rate`] [default: 64].
+	/// Requests one session may make per second (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST and any
+	/// other stream it opens, and SUBSCRIBE_UPDATEs asking for history again), past
+	/// --max-request-burst at once: later ones wait, none is refused; 0 paces nothing. Cluster
+	/// peers are not paced [file: `[limits] request_rate`] [default: 64].
 	#[arg(long = "max-request-rate", value_name = "N")]
 	pub request_rate: Option<u32>,
-	/// Requests the sessions from one address may make at once before --max-request-rate paces
-	/// them
+	/// Requests one session may make at once before --max-request-rate paces them
 	/// [file: `[limits] request_burst`] [default: 256].
 	#[arg(long = "max-request-burst", value_name = "N")]
 	pub request_burst: Option<u32>,
+	/// Requests all sessions from one address (an IPv4 address, an IPv6 /64) may make per second
+	/// together, past --max-address-request-burst at once, so that reconnecting or opening more
+	/// connections buys no fresh burst; many viewers behind one NAT share it
+	/// [file: `[limits] address_request_rate`] [default: 1024].
+	#[arg(long = "max-address-request-rate", value_name = "N")]
+	pub address_request_rate: Option<u32>,
+	/// Requests all sessions from one address may make at once before
+	/// --max-address-request-rate paces them [file: `[limits] address_request_burst`]
+	/// [default: 4096].
+	#[arg(long = "max-address-request-burst", value_name = "N")]
+	pub address_request_burst: Option<u32>,
 	/// The share of the cache one publishing session may fill [file: `[limits] session_cache`]
 	/// [default: a quarter of --cache-size].
 	#[arg(long = "session-cache", value_name = "SIZE")]
@@ -132,6 +141,10 @@ pub struct Limits {
 	pub session: moq_net::lite::session::Limits,
 	/// Per cluster peer's session.
 	pub cluster_session: moq_net::lite::session::Limits,
+	/// Requests per second of all sessions from one address (not cluster peers').
+	pub address_request_rate: u32,
+	/// Requests at once of all sessions from one address.
+	pub address_request_burst: u32,
 	/// Cache bytes per publishing session; `None` for a quarter of the cache.
 	pub session_cache: Option<u64>,
 	/// HTTP connections at once.
@@ -167,6 +180,10 @@ impl Default for Limits {
 			// A peer announces every broadcast its clients publish and asks once for every track
 			// its viewers want; a relay with more than this many is one to split.
 			cluster_session: cluster_limits(moq_net::lite::session::Limits::default(), 16_384),
+			// Sixteen sessions' worth: a NAT with many viewers starting at once passes, and a peer
+			// that reconnects for fresh bursts gets no more than this.
+			address_request_rate: 1024,
+			address_request_burst: 4096,
 			session_cache: None,
 			http_connections: 256,
 			http_per_ip: 16,
@@ -215,6 +232,8 @@ impl LimitOptions {
 			streams: self.streams.unwrap_or(d.streams),
 			session,
 			cluster_session: cluster_limits(session, self.cluster_requests.unwrap_or(d.cluster_session.announces)),
+			address_request_rate: self.address_request_rate.unwrap_or(d.address_request_rate),
+			address_request_burst: self.address_request_burst.unwrap_or(d.address_request_burst).max(1),
 			session_cache: self.session_cache.map(|s| s.0),
 			http_connections: self.http_connections.unwrap_or(d.http_connections).max(1),
 			http_per_ip: self.http_per_ip.unwrap_or(d.http_per_ip).max(1),
@@ -262,5 +281,9 @@ mod tests {
 		assert_eq!(limits.session.request_rate, 5);
 		assert_eq!(limits.session.request_burst, 1, "a burst of at least one request");
 		assert_eq!(limits.cluster_session.request_rate, 0, "cluster peers are not paced");
+		let file: LimitOptions = toml::from_str("address_request_rate = 7\naddress_request_burst = 9").unwrap();
+		let limits = file.resolve().unwrap();
+		assert_eq!((limits.address_request_rate, limits.address_request_burst), (7, 9));
+		assert_eq!(limits.session.request_rate, Limits::default().session.request_rate);
 	}
 }

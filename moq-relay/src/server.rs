@@ -106,8 +106,12 @@ impl Shared {
 		if paces.len() >= 64 && paces.len().is_power_of_two() {
 			paces.retain(|_, pace| Arc::strong_count(pace) > 1 || !pace.is_fresh(now));
 		}
-		let limits = &self.limits.session;
-		let pace = Arc::new(session::Pace::new(limits.request_rate, limits.request_burst, now));
+		let limits = &self.limits;
+		let pace = Arc::new(session::Pace::new(
+			limits.address_request_rate,
+			limits.address_request_burst,
+			now,
+		));
 		paces.insert(key, pace.clone());
 		pace
 	}
@@ -768,7 +772,7 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 		),
 	};
 	if !grant.cluster {
-		config.pace = Some(shared.pace_for(address_requester(remote.ip())));
+		config.shared_pace = Some(shared.pace_for(address_requester(remote.ip())));
 	}
 	let publish = (!grant.subscribe.is_empty()).then(|| {
 		let publish = consumer.with_root(root).scope(&grant.subscribe);

@@ -372,11 +372,14 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 #[test]
 fn a_reconnect_buys_no_fresh_burst_of_requests() {
 	// Found in review: each connection had a pace of its own, so a peer that spent its burst of
-	// requests reconnected for another. Now every session from one address shares one.
-	let relay = relay_with_session(|limits| {
-		limits.request_rate = 1;
-		limits.request_burst = 4;
-	});
+	// requests reconnected for another. Now every session from one address also keeps one pace
+	// they share.
+	let limits = Limits {
+		address_request_rate: 1,
+		address_request_burst: 4,
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 64 << 20);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let origin = Origin::new(5);

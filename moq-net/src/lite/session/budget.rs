@@ -184,12 +184,26 @@ impl Pace {
 		let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
 		self.next.load(Ordering::Relaxed) <= now
 	}
+}
 
-	/// Waits for a request's turn; counts it in `paced` if it had to.
-	pub(crate) async fn admit(&self, paced: Option<&AtomicU64>) {
-		if let Some(at) = self.take(kio::time::now()) {
-			if let Some(paced) = paced {
-				paced.fetch_add(1, Ordering::Relaxed);
+/// A session's paces: its own, and one it shares with others if it is given one; a request takes
+/// its turn in both and waits for the later.
+pub(crate) struct Paces {
+	pub(crate) own: Pace,
+	pub(crate) shared: Option<Arc<Pace>>,
+	/// Where requests that waited are counted.
+	pub(crate) paced: Option<Arc<Counters>>,
+}
+
+impl Paces {
+	/// Waits for a request's turn.
+	pub(crate) async fn admit(&self) {
+		let now = kio::time::now();
+		let own = self.own.take(now);
+		let shared = self.shared.as_ref().and_then(|shared| shared.take(now));
+		if let Some(at) = own.max(shared) {
+			if let Some(counters) = &self.paced {
+				counters.requests_paced.fetch_add(1, Ordering::Relaxed);
 			}
 			kio::time::sleep_until(at).await;
 		}

@@ -239,10 +239,10 @@ pub struct Config {
 	/// closing the session): a publisher that reconnects within it takes over the path without
 	/// every watcher hearing it go. Zero: withdrawn at once.
 	pub linger: std::time::Duration,
-	/// The pace of the peer's requests, if it is shared with other sessions (a relay gives all
-	/// sessions of one address one); `None`: a pace of the session's own, from
-	/// [`Limits::request_rate`] and [`Limits::request_burst`].
-	pub pace: Option<Arc<Pace>>,
+	/// A pace the peer's requests also keep, shared with other sessions (a relay gives all
+	/// sessions of one address one, so reconnecting buys no fresh burst), besides the session's
+	/// own from [`Limits::request_rate`] and [`Limits::request_burst`].
+	pub shared_pace: Option<Arc<Pace>>,
 }
 
 /// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
@@ -360,8 +360,8 @@ struct Inner<T: Transport> {
 	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].
 	served: RefCell<HashSet<u64>>,
 	budget: Rc<budget::Budget>,
-	/// The peer's requests, paced by [`Limits::request_rate`] (or [`Config::pace`]).
-	pace: Arc<Pace>,
+	/// The peer's requests, paced by [`Limits::request_rate`] and [`Config::shared_pace`].
+	pace: budget::Paces,
 	/// Tracks asked of the peer's broadcasts, served from upstream.
 	requests: RefCell<subscriber::Requests>,
 }
@@ -412,14 +412,15 @@ pub fn start<T: Transport + Clone + 'static>(
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
 	let budget = budget::Budget::new(config.limits, config.counters.clone());
-	let pace = config.pace.clone().unwrap_or_else(|| {
-		let pace = Pace::new(
+	let pace = budget::Paces {
+		own: Pace::new(
 			config.limits.request_rate,
 			config.limits.request_burst,
 			kio::time::now(),
-		);
-		Arc::new(pace)
-	});
+		),
+		shared: config.shared_pace.clone(),
+		paced: config.counters.clone(),
+	};
 	// The tracks this peer makes other sessions ask their peers for are recorded as its own (or
 	// as whoever `publish` already requests as: a relay groups its sessions by address), so those
 	// sessions share their track requests fairly among the peers asking.

@@ -30,13 +30,8 @@ use crate::transport::{RecvStream, SendStream, Transport, TransportExt};
 /// Each is a request paced by [`Limits::request_rate`](super::Limits::request_rate): one that
 /// must wait holds the next ones back, and the peer's streams past its allowance with them.
 pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, publish: Option<OriginConsumer>) {
-	let paced = inner
-		.config
-		.counters
-		.as_deref()
-		.map(|counters| &counters.requests_paced);
 	while let Ok((send, recv)) = inner.transport.accept_bi().await {
-		inner.pace.admit(paced).await;
+		inner.pace.admit().await;
 		inner.spawn(serve(inner.clone(), send, recv, publish.clone()));
 	}
 }
@@ -484,12 +479,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				// History asked for again is a request like a new SUBSCRIBE (up to
 				// `groups_in_flight` cached groups sent again), and paced like one.
 				if rewinds(&subscription, &update) {
-					let paced = inner
-						.config
-						.counters
-						.as_deref()
-						.map(|counters| &counters.requests_paced);
-					inner.pace.admit(paced).await;
+					inner.pace.admit().await;
 				}
 				apply_update(&mut cursor, &mut subscription, &update)
 			}
