@@ -1066,6 +1066,48 @@ fn two_peers_asking_for_the_same_names_cannot_pin_them() {
 }
 
 #[test]
+fn a_subscription_whose_rewind_waits_its_turn_still_hears_its_end() {
+	// Found in review: a rewind waiting for its turn stopped reading the subscription's stream,
+	// so the peer's FIN (and the subscription's charges) waited for the turn too.
+	let runtime = kio::Builder::single().paused_clock(true).build().unwrap();
+	runtime.block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
+		publish(&track, 0);
+		let limits = session::Limits {
+			request_rate: 10,
+			request_burst: 1,
+			..session::Limits::default()
+		};
+		let (raw, _relay_side) = raw_peer_limited(&relay, limits).await;
+		let subscribe = Subscribe {
+			start: Some(0),
+			..test_support::subscribe(1, "bbb", "video")
+		};
+		let (mut send, mut recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
+		assert_eq!(next_group_stream(&raw).await, 0);
+		let start = kio::time::now();
+		// A raise, then a rewind (whose turn is 100 ms away), then the end.
+		for start in [1, 0] {
+			let update = moq_net::lite::SubscribeUpdate {
+				priority: 0,
+				ordered: false,
+				latency_max: Duration::ZERO,
+				start: Some(start),
+				end: None,
+			};
+			let mut bytes = Vec::new();
+			update.encode(&mut bytes);
+			send.write(Bytes::from(bytes)).await.unwrap();
+		}
+		send.finish().unwrap();
+		while recv.read().await.unwrap().is_some() {}
+		let ended = kio::time::now() - start;
+		assert!(ended < Duration::from_millis(100), "ended after {ended:?}");
+	});
+}
+
+#[test]
 fn a_peer_with_nothing_to_publish_announces_an_empty_set() {
 	// Before: a session without an origin to publish refused ANNOUNCE_REQUEST with InvalidRole
 	// (20), and the public relay ends the whole session on that refusal.

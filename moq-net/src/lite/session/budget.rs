@@ -196,15 +196,22 @@ pub(crate) struct Paces {
 }
 
 impl Paces {
-	/// Waits for a request's turn.
-	pub(crate) async fn admit(&self) {
+	/// Takes a request's turn in both paces: `None` if it may go now, else when it may (and it is
+	/// counted as paced).
+	pub(crate) fn turn(&self) -> Option<Instant> {
 		let now = kio::time::now();
 		let own = self.own.take(now);
 		let shared = self.shared.as_ref().and_then(|shared| shared.take(now));
-		if let Some(at) = own.max(shared) {
-			if let Some(counters) = &self.paced {
-				counters.requests_paced.fetch_add(1, Ordering::Relaxed);
-			}
+		let at = own.max(shared)?;
+		if let Some(counters) = &self.paced {
+			counters.requests_paced.fetch_add(1, Ordering::Relaxed);
+		}
+		Some(at)
+	}
+
+	/// Waits for a request's turn.
+	pub(crate) async fn admit(&self) {
+		if let Some(at) = self.turn() {
 			kio::time::sleep_until(at).await;
 		}
 	}

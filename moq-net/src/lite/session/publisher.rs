@@ -475,11 +475,28 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				return send.finish();
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
-			SubscribeEvent::Update(Ok(Some(update))) => {
+			SubscribeEvent::Update(Ok(Some(mut update))) => {
 				// History asked for again is a request like a new SUBSCRIBE (up to
-				// `groups_in_flight` cached groups sent again), and paced like one.
-				if rewinds(&subscription, &update) {
-					inner.pace.admit().await;
+				// `groups_in_flight` cached groups sent again), and paced like one. While it
+				// waits its turn the stream is still read: the peer's FIN ends the subscription at
+				// once, and a later update takes the waiting one's place (and its turn).
+				if rewinds(&subscription, &update)
+					&& let Some(at) = inner.pace.turn()
+				{
+					let mut turn = kio::time::Deadline::new(Some(at));
+					loop {
+						let next = kio::wait(|waiter| match turn.poll_elapsed(waiter) {
+							Poll::Ready(()) => Poll::Ready(None),
+							Poll::Pending => reader.poll_decode::<SubscribeUpdate>(waiter).map(Some),
+						})
+						.await;
+						match next {
+							None => break,
+							Some(Ok(Some(later))) => update = later,
+							Some(Ok(None)) => return send.finish(),
+							Some(Err(err)) => return Err(err),
+						}
+					}
 				}
 				apply_update(&mut cursor, &mut subscription, &update)
 			}
