@@ -902,21 +902,56 @@ fn names_whose_subscribers_left_give_way_to_a_new_request() {
 	});
 }
 
-#[test]
-fn a_peers_requests_past_its_burst_wait_for_its_rate() {
-	// Before: a peer could make requests as fast as it could write them, each a task and its
-	// state (and a SUBSCRIBE with history up to 64 group streams), cancel them and ask again.
+/// On a paused clock: a relay whose broadcast "bbb" has group 0 of its "video", and a raw peer
+/// whose requests it paces at `rate` a second past `burst`.
+fn paced(rate: u32, burst: u32, test: impl AsyncFnOnce(&Memory)) {
 	let runtime = kio::Builder::single().paused_clock(true).build().unwrap();
 	runtime.block_on(async {
 		let relay = Origin::new(RELAY_ID);
 		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
 		publish(&track, 0);
 		let limits = session::Limits {
-			request_rate: 10,
-			request_burst: 4,
+			request_rate: rate,
+			request_burst: burst,
 			..session::Limits::default()
 		};
 		let (raw, _relay_side) = raw_peer_limited(&relay, limits).await;
+		test(&raw).await;
+	});
+}
+
+/// Subscribes to "bbb"/"video" from group 0 and waits for that group's stream.
+async fn subscribe_from_0(raw: &Memory) -> (memory::MemorySend, memory::MemoryRecv) {
+	let subscribe = Subscribe {
+		start: Some(0),
+		..test_support::subscribe(1, "bbb", "video")
+	};
+	let streams = send_bi(raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
+	assert_eq!(next_group_stream(raw).await, 0);
+	streams
+}
+
+/// Writes SUBSCRIBE_UPDATEs that move the start to each of `starts` in turn.
+async fn move_start(send: &mut memory::MemorySend, starts: &[u64]) {
+	for &start in starts {
+		let update = moq_net::lite::SubscribeUpdate {
+			priority: 0,
+			ordered: false,
+			latency_max: Duration::ZERO,
+			start: Some(start),
+			end: None,
+		};
+		let mut bytes = Vec::new();
+		update.encode(&mut bytes);
+		send.write(Bytes::from(bytes)).await.unwrap();
+	}
+}
+
+#[test]
+fn a_peers_requests_past_its_burst_wait_for_its_rate() {
+	// Before: a peer could make requests as fast as it could write them, each a task and its
+	// state (and a SUBSCRIBE with history up to 64 group streams), cancel them and ask again.
+	paced(10, 4, async |raw| {
 		let start = kio::time::now();
 		// Twelve TRACK requests at once: four answered at once, then one every 100 ms.
 		let request = typed(
@@ -928,7 +963,7 @@ fn a_peers_requests_past_its_burst_wait_for_its_rate() {
 		);
 		let mut streams = Vec::new();
 		for _ in 0..12 {
-			streams.push(send_bi(&raw, request.clone(), true).await);
+			streams.push(send_bi(raw, request.clone(), true).await);
 		}
 		let mut answered = Vec::new();
 		for (_send, mut recv) in streams {
@@ -946,26 +981,10 @@ fn a_peers_requests_past_its_burst_wait_for_its_rate() {
 
 		// History asked for again is paced like a request: the SUBSCRIBE waits its turn, and its
 		// rewind 100 ms more.
-		let subscribe = Subscribe {
-			start: Some(0),
-			..test_support::subscribe(1, "bbb", "video")
-		};
-		let (mut send, _recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
-		assert_eq!(next_group_stream(&raw).await, 0);
+		let (mut send, _recv) = subscribe_from_0(raw).await;
 		let subscribed = kio::time::now();
-		for start in [1, 0] {
-			let update = moq_net::lite::SubscribeUpdate {
-				priority: 0,
-				ordered: false,
-				latency_max: Duration::ZERO,
-				start: Some(start),
-				end: None,
-			};
-			let mut bytes = Vec::new();
-			update.encode(&mut bytes);
-			send.write(Bytes::from(bytes)).await.unwrap();
-		}
-		assert_eq!(next_group_stream(&raw).await, 0, "group 0 again");
+		move_start(&mut send, &[1, 0]).await;
+		assert_eq!(next_group_stream(raw).await, 0, "group 0 again");
 		let rewound = kio::time::now() - subscribed;
 		// One turn: the update that raised the start was not paced (two turns would be 200 ms).
 		assert!(
@@ -1069,37 +1088,11 @@ fn two_peers_asking_for_the_same_names_cannot_pin_them() {
 fn a_subscription_whose_rewind_waits_its_turn_still_hears_its_end() {
 	// Found in review: a rewind waiting for its turn stopped reading the subscription's stream,
 	// so the peer's FIN (and the subscription's charges) waited for the turn too.
-	let runtime = kio::Builder::single().paused_clock(true).build().unwrap();
-	runtime.block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let (_broadcast, track, _publication) = local_broadcast(&relay, "bbb");
-		publish(&track, 0);
-		let limits = session::Limits {
-			request_rate: 10,
-			request_burst: 1,
-			..session::Limits::default()
-		};
-		let (raw, _relay_side) = raw_peer_limited(&relay, limits).await;
-		let subscribe = Subscribe {
-			start: Some(0),
-			..test_support::subscribe(1, "bbb", "video")
-		};
-		let (mut send, mut recv) = send_bi(&raw, typed(u64::from(ControlType::Subscribe), &subscribe), false).await;
-		assert_eq!(next_group_stream(&raw).await, 0);
+	paced(10, 1, async |raw| {
+		let (mut send, mut recv) = subscribe_from_0(raw).await;
 		let start = kio::time::now();
 		// A raise, then a rewind (whose turn is 100 ms away), then the end.
-		for start in [1, 0] {
-			let update = moq_net::lite::SubscribeUpdate {
-				priority: 0,
-				ordered: false,
-				latency_max: Duration::ZERO,
-				start: Some(start),
-				end: None,
-			};
-			let mut bytes = Vec::new();
-			update.encode(&mut bytes);
-			send.write(Bytes::from(bytes)).await.unwrap();
-		}
+		move_start(&mut send, &[1, 0]).await;
 		send.finish().unwrap();
 		while recv.read().await.unwrap().is_some() {}
 		let ended = kio::time::now() - start;
