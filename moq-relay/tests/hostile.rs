@@ -28,6 +28,12 @@ use moq_relay::race::{Either, race};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// A client endpoint on another loopback address than [`endpoint`]'s (127.0.0.2): another
+/// place, to the relay.
+fn elsewhere() -> moq_quic::Endpoint {
+	moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap()
+}
+
 /// A relay on two workers whose session limits `adjust` changes from the defaults.
 fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) -> Relay {
 	let mut limits = Limits::default();
@@ -329,7 +335,7 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		broadcast.serve_requests();
 		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
 		// The attacker, from another address than the viewer's (127.0.0.1).
-		let elsewhere = moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap();
+		let elsewhere = elsewhere();
 		let attacker = raw_to(&elsewhere, relay.bound.quic, &relay.verification(), true).await;
 		let mut streams = Vec::new();
 		for id in 0..32 {
@@ -392,7 +398,7 @@ fn a_reconnect_buys_no_fresh_burst_of_requests() {
 				track: "video".into(),
 			},
 		));
-		let elsewhere = moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap();
+		let elsewhere = elsewhere();
 		let ask = async |conn: &moq_quic::Connection| {
 			let (mut send, mut recv) = conn.open_bi().await.unwrap();
 			send.write(request.clone()).await.unwrap();
