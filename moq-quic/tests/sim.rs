@@ -17,7 +17,7 @@ use bytes::Bytes;
 use common::runtime;
 use kio::sync::{Consumer, Producer};
 use moq_quic::sim::{Network, SimConfig, SimStats};
-use moq_quic::{Connection, Endpoint, SendStream, StreamError, StreamId};
+use moq_quic::{Connection, Endpoint, RecvStream, SendStream, StreamError, StreamId};
 
 /// A stream's own buffer in the driver (`connection::STREAM_BUFFER`): a write of up to this much
 /// is taken at once, without suspending.
@@ -40,6 +40,24 @@ fn assert_intact(stream: StreamId, got: &Result<Vec<u8>, StreamError>, len: usiz
 	assert_eq!(got.len(), len, "stream {stream} delivered the wrong length");
 	if let Some(at) = got.iter().zip(pattern(stream, len)).position(|(a, b)| *a != b) {
 		panic!("stream {stream} damaged at offset {at}");
+	}
+}
+
+/// Reads every stream to its end at once, each in a task (so they all take credit together), and
+/// asserts each carried `pattern(stream, len)` intact.
+async fn read_all_intact(streams: Vec<RecvStream>, len: usize) {
+	let readers: Vec<_> = streams
+		.into_iter()
+		.map(|mut recv| {
+			kio::spawn(async move {
+				let id = recv.id();
+				(id, recv.read_to_end(len).await)
+			})
+		})
+		.collect();
+	for reader in readers {
+		let (id, got) = reader.await.unwrap();
+		assert_intact(id, &got, len);
 	}
 }
 
@@ -674,17 +692,7 @@ fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
 		assert!(matches!(stopped.await.unwrap(), Err(StreamError::Stopped(7))));
 
 		// The peer reads: credit comes, the queue drains, every writer gets room in turn.
-		let mut readers = Vec::new();
-		for mut recv in streams {
-			readers.push(kio::spawn(async move {
-				let id = recv.id();
-				(id, recv.read_to_end(STREAM_BUFFER).await)
-			}));
-		}
-		for reader in readers {
-			let (id, got) = reader.await.unwrap();
-			assert_intact(id, &got, STREAM_BUFFER);
-		}
+		read_all_intact(streams, STREAM_BUFFER).await;
 		for writer in writers {
 			writer.await.unwrap().unwrap();
 		}
@@ -734,18 +742,11 @@ fn small_writes_wait_for_the_peers_credit_and_all_arrive_once_it_comes() {
 
 		// The peer reads: credit comes, each queue grows with what leaves it, and every byte
 		// arrives.
-		let mut readers = Vec::new();
+		let mut streams = Vec::new();
 		for _ in 0..STREAMS {
-			let mut recv = server.accept_uni().await.unwrap();
-			readers.push(kio::spawn(async move {
-				let id = recv.id();
-				(id, recv.read_to_end(LEN).await)
-			}));
+			streams.push(server.accept_uni().await.unwrap());
 		}
-		for reader in readers {
-			let (id, got) = reader.await.unwrap();
-			assert_intact(id, &got, LEN);
-		}
+		read_all_intact(streams, LEN).await;
 		for writer in writers {
 			writer.await.unwrap().unwrap();
 		}

@@ -771,17 +771,15 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 			shared.origin.producer().hide(&shared.members),
 		),
 	};
-	if !grant.cluster {
-		config.shared_pace = Some(shared.pace_for(address_requester(remote.ip())));
-	}
+	// A client's sessions share their address's pace and its share of a publisher's track
+	// requests (moq-net's `Requests::make_room`), so more connections from one place buy neither.
+	// A cluster peer asks for a whole relay, unpaced, as itself.
+	let address = (!grant.cluster).then(|| address_requester(remote.ip()));
 	let publish = (!grant.subscribe.is_empty()).then(|| {
 		let publish = consumer.with_root(root).scope(&grant.subscribe);
-		// A publisher's track requests are shared fairly among those asking (moq-net's
-		// `Requests::make_room`): a client's share is its address's, so more connections from one
-		// place do not buy more of it. A cluster peer asks for a whole relay, as itself.
-		match grant.cluster {
-			true => publish,
-			false => publish.requesting_as(address_requester(remote.ip())),
+		match address {
+			Some(key) => publish.requesting_as(key),
+			None => publish,
 		}
 	});
 	let subscribe = (!grant.publish.is_empty()).then(|| producer.with_root(root).scope(&grant.publish));
@@ -800,6 +798,7 @@ fn serve_session<'a, T: Transport + Clone + 'static>(
 			.unwrap_or_else(|| shared.pool.capacity() / 4);
 		config.limits = shared.limits.session;
 		config.pool = Some(shared.pool.child(share));
+		config.shared_pace = address.map(|key| shared.pace_for(key));
 	}
 	let cluster_session = grant
 		.cluster

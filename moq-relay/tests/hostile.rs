@@ -34,11 +34,16 @@ fn elsewhere() -> moq_quic::Endpoint {
 	moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap()
 }
 
+/// A relay on two workers under `limits`, with a 64 MiB cache.
+fn relay_limited(limits: Limits) -> Relay {
+	Relay::start_limited(2, limits, 64 << 20)
+}
+
 /// A relay on two workers whose session limits `adjust` changes from the defaults.
 fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) -> Relay {
 	let mut limits = Limits::default();
 	adjust(&mut limits.session);
-	Relay::start_limited(2, limits, 64 << 20)
+	relay_limited(limits)
 }
 
 fn subscribe_bytes(id: u64, broadcast: &str, track: &str, start: Option<u64>) -> Bytes {
@@ -206,7 +211,7 @@ fn half_open_handshakes_are_capped_per_address_and_in_total() {
 		},
 		..Limits::default()
 	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_limited(limits);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;
@@ -385,7 +390,7 @@ fn a_reconnect_buys_no_fresh_burst_of_requests() {
 		address_request_burst: 4,
 		..Limits::default()
 	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_limited(limits);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let origin = Origin::new(5);
@@ -614,7 +619,7 @@ fn a_subscriber_that_grants_no_credit_holds_at_most_the_send_buffer() {
 		send_buffer: BUFFER,
 		..Limits::default()
 	};
-	let relay = Relay::start_limited(2, limits, 64 << 20);
+	let relay = relay_limited(limits);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
 		let mut healthy = Healthy::new(&relay, &endpoint).await;

@@ -672,7 +672,7 @@ pub struct TrackConsumer {
 	start: Option<u64>,
 	end: Option<u64>,
 	subscription: Option<usize>,
-	/// Who this cursor subscribes for (see [`TrackProducer::holder`]).
+	/// Who this cursor subscribes for (see [`TrackProducer::holders`]).
 	requester: Option<u64>,
 }
 

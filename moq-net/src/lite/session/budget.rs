@@ -162,7 +162,7 @@ impl Pace {
 		if self.interval == 0 {
 			return None;
 		}
-		let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+		let now = self.since_epoch(now);
 		let mut previous = self.next.load(Ordering::Relaxed);
 		let next = loop {
 			let next = previous.max(now).saturating_add(self.interval);
@@ -181,8 +181,12 @@ impl Pace {
 	/// Whether the pace is as if new at `now`: every request made so far is as far behind as a
 	/// full burst. One that is may be forgotten and made again.
 	pub fn is_fresh(&self, now: Instant) -> bool {
-		let now = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
-		self.next.load(Ordering::Relaxed) <= now
+		self.next.load(Ordering::Relaxed) <= self.since_epoch(now)
+	}
+
+	/// `now` in nanoseconds since the epoch (0 before it).
+	fn since_epoch(&self, now: Instant) -> u64 {
+		u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
 	}
 }
 
