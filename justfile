@@ -77,8 +77,9 @@ bench-model:
 	cargo run --release -p bench --bin fanout -- model --save
 
 # Fuzz what peers send (cargo-fuzz; `cargo install cargo-fuzz`): moq-net's wire decoders,
-# moq-quic's HTTP/3 codec and moq-relay's token check, each crate's targets in its `fuzz/`
-# workspace. `just fuzz group 300` runs one target for 300 s, `just fuzz` every target for 10 s.
+# moq-quic's HTTP/3 codec and WebTransport server, moq-relay's token check, each crate's targets
+# in its `fuzz/` workspace. `just fuzz group 300` runs one target for 300 s, `just fuzz` every
+# target for 10 s.
 # Findings land in that workspace's artifacts/; see moq-net/fuzz/README.md.
 # A target name that matches none, or cargo-fuzz missing, is an error, not a run of nothing.
 fuzz TARGET="all" SECONDS="10":
