@@ -3,7 +3,9 @@
 //! Each test attacks an in-process relay over real loopback QUIC with a raw client that writes
 //! moq-lite bytes (or bare QUIC Initials, or idle TCP), then checks that a healthy publisher →
 //! viewer pair on the same relay keeps receiving every group and that the relay's budget gauges
-//! (from `/metrics`) stay under the configured limits. Each fails with its fix reverted (checked
+//! (from `/metrics`) stay under the configured limits; where the attacker holds something, that
+//! once it is gone every charge is given back (`all_given_back`: a Reader that kept its partial
+//! bytes' charge when dropped fails there). Each fails with its fix reverted (checked
 //! one by one: the aggregate's "absent start means latest" and the publisher's cleared floor, the
 //! path check, the handshake caps, the in-flight limit, the partial-bytes budget, the announce
 //! budget, the SETUP close code, the HTTP per-address share and idle eviction, the pool's hard
@@ -44,6 +46,23 @@ fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) 
 	let mut limits = Limits::default();
 	adjust(&mut limits.session);
 	relay_limited(limits)
+}
+
+/// Waits until what the attackers made the relay hold is given back, once they are gone: no
+/// partial message or frame held, no stream queue, and `subscriptions` subscriptions served (the
+/// healthy viewers'), each with at most its one newest group in flight. A charge an ended session
+/// kept would fill its budget a little more at each attack, until the relay refused everyone.
+async fn all_given_back(relay: &Relay, subscriptions: u64) {
+	relay.metric_until(LIMIT, "moq_relay_partial_bytes", |n| n == 0).await;
+	relay
+		.metric_until(LIMIT, "moq_relay_stream_queued_bytes", |n| n == 0)
+		.await;
+	relay
+		.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == subscriptions)
+		.await;
+	relay
+		.metric_until(LIMIT, "moq_relay_groups_in_flight", |n| n <= subscriptions)
+		.await;
 }
 
 fn subscribe_bytes(id: u64, broadcast: &str, track: &str, start: Option<u64>) -> Bytes {
@@ -262,7 +281,9 @@ fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 		assert!(relay.metric("moq_relay_budget_refusals_total").await > 0);
 		let cache = relay.metric("moq_relay_cache_bytes").await;
 		assert!(cache <= relay.metric("moq_relay_cache_capacity_bytes").await);
-		drop((send, _recv));
+		drop((send, _recv, stalled));
+		all_given_back(&relay, 1).await;
+		healthy.still_receives().await;
 	});
 	relay.stop().unwrap();
 }
@@ -287,7 +308,8 @@ fn partial_messages_on_many_streams_are_bounded_by_the_session_budget() {
 		for _ in 0..3 {
 			healthy.still_receives().await;
 		}
-		drop(streams);
+		drop((streams, attacker));
+		all_given_back(&relay, 1).await;
 	});
 	relay.stop().unwrap();
 }
@@ -375,7 +397,9 @@ fn one_viewer_cannot_take_every_track_request_of_a_publisher() {
 		let got = within(LIMIT, "the viewer's first group", take(&mut video, 1)).await;
 		assert_eq!(got, vec![(0, 0)]);
 		assert_eq!(relay.metric("moq_relay_track_requests").await, 32);
-		drop((streams, unanswered, send, recv, second));
+		drop((streams, unanswered, send, recv, second, attacker));
+		relay.metric_until(LIMIT, "moq_relay_track_requests", |n| n == 1).await;
+		all_given_back(&relay, 1).await;
 	});
 	relay.stop().unwrap();
 }
@@ -649,6 +673,7 @@ fn a_subscriber_that_grants_no_credit_holds_at_most_the_send_buffer() {
 		assert!(queued <= (BUFFER + (16 << 10)) as u64, "{queued} bytes queued");
 		assert_eq!(relay.metric("moq_relay_send_buffer_limit").await, BUFFER as u64);
 		drop(stingy);
+		all_given_back(&relay, 1).await;
 	});
 	relay.stop().unwrap();
 }
@@ -689,6 +714,7 @@ fn a_subscriber_that_grants_no_credit_makes_the_relay_prepare_a_few_kib_per_stre
 			.await;
 		assert!(queued <= GROUPS * (UNPROVEN_QUEUE + CHUNK), "{queued} bytes queued");
 		drop(stingy);
+		all_given_back(&relay, 1).await;
 	});
 	relay.stop().unwrap();
 }
