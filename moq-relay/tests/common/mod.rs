@@ -16,6 +16,7 @@ use moq_net::model::{
 };
 #[allow(unused_imports)] // Each test crate uses a different subset.
 pub(crate) use moq_net::test_support::{self, announced, frame, publish, take, typed};
+use moq_net::transport::{BiStream, SendStreamExt, Transport, TransportError, TransportExt};
 use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
 use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
@@ -510,22 +511,20 @@ pub(crate) async fn metric_until_at(limit: Duration, http: SocketAddr, name: &st
 	.await
 }
 
-/// Opens `count` bidirectional streams on `conn`, each an ANNOUNCE_REQUEST that declares 60,000
-/// bytes and sends 50,000 of them: input the relay must hold unfinished, or refuse. The streams
-/// are kept open (returned) so the peer does not finish or reset them. A stream the relay refuses
-/// (stops) while its write still waits for room is kept too: that refusal is what is tested.
-pub(crate) async fn unfinished_requests(
-	conn: &Connection,
-	count: usize,
-) -> Vec<(moq_quic::SendStream, moq_quic::RecvStream)> {
+/// Opens `count` bidirectional streams on `transport` (raw QUIC or a WebTransport session), each
+/// an ANNOUNCE_REQUEST that declares 60,000 bytes and sends 50,000 of them: input the relay must
+/// hold unfinished, or refuse. The streams are kept open (returned) so the peer does not finish or
+/// reset them. A stream the relay refuses (stops) while its write still waits for room is kept
+/// too: that refusal is what is tested.
+pub(crate) async fn unfinished_requests<T: Transport>(transport: &T, count: usize) -> Vec<BiStream<T>> {
 	let mut streams = Vec::new();
 	for _ in 0..count {
-		let (mut send, recv) = conn.open_bi().await.unwrap();
+		let (mut send, recv) = transport.open_bi().await.unwrap();
 		let mut bytes = vec![u64::from(moq_net::lite::ControlType::Announce) as u8];
 		bytes.extend_from_slice(&[0x80, 0x00, 0xea, 0x60]); // a 4-byte varint: 60,000
 		bytes.resize(5 + 50_000, b'x');
 		match send.write(bytes::Bytes::from(bytes)).await {
-			Ok(()) | Err(moq_quic::StreamError::Stopped(_)) => streams.push((send, recv)),
+			Ok(()) | Err(TransportError::Stopped(_)) => streams.push((send, recv)),
 			Err(err) => panic!("{err}"),
 		}
 	}
