@@ -15,7 +15,10 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use moq_net::{Frame, Timestamp, TrackInfo, TrackProducer};
+use moq_net::lite::session::{self, Config};
+use moq_net::model::Origin;
+use moq_net::transport::memory;
+use moq_net::{Frame, Path, Subscription, Timestamp, TrackInfo, TrackProducer};
 
 use crate::counter::Meter;
 
@@ -93,6 +96,140 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	})
 }
 
+/// The relay's origin id in the session harnesses.
+const RELAY: u64 = 1;
+
+/// A client end `id` with the SETUP exchange done (its configuration and what the relay said), and
+/// its peer: a relay session on `relay`, started, over the in-memory transport.
+async fn handshake(
+	relay: &Origin,
+	id: u64,
+	role: Option<moq_net::lite::Role>,
+) -> (
+	memory::Memory,
+	Config,
+	session::PeerSetup,
+	session::Session<memory::Memory>,
+) {
+	let (client, server) = memory::pair();
+	let server_config = Config {
+		origin: RELAY,
+		..Config::default()
+	};
+	let accept = {
+		let server = server.clone();
+		let config = server_config.clone();
+		kio::spawn(async move { session::setup(&server, &config).await })
+	};
+	let client_config = Config {
+		origin: id,
+		role,
+		..Config::default()
+	};
+	let peer = session::setup(&client, &client_config).await.expect("client setup");
+	let server_peer = accept.await.expect("setup task").expect("relay setup");
+	let server_side = session::start(
+		server,
+		server_config,
+		server_peer,
+		Some(relay.consumer()),
+		Some(relay.producer()),
+	);
+	(client, client_config, peer, server_side)
+}
+
+/// A client session `id` (publishing `publish`, mirroring into `subscribe`) and its peer, a relay
+/// session on `relay`, over the in-memory transport: (client side, relay side).
+async fn connect(
+	relay: &Origin,
+	id: u64,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> (session::Session<memory::Memory>, session::Session<memory::Memory>) {
+	// Clients say their role, as the relay's clients do: a viewer is not asked for
+	// announcements.
+	let role = match (publish.is_some(), subscribe.is_some()) {
+		(true, false) => Some(moq_net::lite::Role::Publisher),
+		(false, true) => Some(moq_net::lite::Role::Subscriber),
+		_ => None,
+	};
+	let (client, config, peer, server_side) = handshake(relay, id, role).await;
+	let client_side = session::start(
+		client,
+		config,
+		peer,
+		publish.map(Origin::consumer),
+		subscribe.map(Origin::producer),
+	);
+	(client_side, server_side)
+}
+
+/// What a viewer's request costs, the relay's session with it: each cycle a raw client (SETUP done,
+/// no session of its own) opens a stream and sends a SUBSCRIBE for a track of a broadcast the relay
+/// mirrors from a publisher session. `known`: the track the publisher has, whose cached group the
+/// relay answers with at once (SUBSCRIBE_OK, then a group stream the client reads to its end), and
+/// the client then ends the subscription (FIN) and reads the reply stream to its end. Otherwise a
+/// new name each cycle: the relay asks the publisher's session for it upstream, is refused
+/// (NotFound) and refuses the client, who reads to the refusal. Counts both sessions of the relay
+/// (the client's and the publisher's), the publisher session's answer, and the client's few
+/// writes and reads. Returns the requests measured.
+pub fn requests(known: bool, cycles: u64, meter: &mut dyn Meter) -> u64 {
+	use moq_net::coding::Encode;
+	use moq_net::lite::{ControlType, Subscribe};
+	use moq_net::transport::{RecvStreamExt, SendStream as _, SendStreamExt, TransportExt};
+
+	let rt = pinned_worker();
+	rt.block_on(async {
+		let relay = Origin::new(RELAY);
+		let publisher = Origin::new(2);
+		let (broadcast, _publication) = publisher
+			.producer()
+			.create_broadcast(&Path::new("bench"), Default::default())
+			.expect("a broadcast");
+		let track = broadcast.create_track("t", TrackInfo::default()).expect("a track");
+		track
+			.write_frame(Frame {
+				timestamp: Timestamp::new(0, 1000),
+				payload: Bytes::from(vec![0x5a; PAYLOAD]),
+			})
+			.expect("the track is open");
+		let _publisher_sessions = connect(&relay, 2, Some(&publisher), None).await;
+		let mut announced = relay.consumer().announced(&Path::default());
+		while announced.next().await.broadcast.is_none() {}
+
+		let (client, _config, _peer, _relay_side) = handshake(&relay, 3, Some(moq_net::lite::Role::Subscriber)).await;
+		for cycle in 0..WARM_UP + cycles {
+			if cycle == WARM_UP {
+				meter.start();
+			}
+			let name = if known { "t".to_owned() } else { format!("x{cycle}") };
+			let subscribe = Subscribe {
+				id: cycle,
+				broadcast: Path::new("bench"),
+				track: name,
+				priority: 0,
+				ordered: false,
+				latency_max: std::time::Duration::from_secs(10),
+				start: None,
+				end: None,
+			};
+			let mut request = Vec::new();
+			u64::from(ControlType::Subscribe).encode(&mut request);
+			subscribe.encode(&mut request);
+			let (mut send, mut recv) = client.open_bi().await.expect("a stream");
+			send.write(Bytes::from(request)).await.expect("the request is written");
+			if known {
+				let mut group = client.accept_uni().await.expect("the cached group");
+				while let Ok(Some(_)) = group.read().await {}
+				send.finish().expect("the subscription ends");
+			}
+			while let Ok(Some(_)) = recv.read().await {}
+		}
+		meter.stop();
+		cycles
+	})
+}
+
 /// Runs the session fan-out: a publisher session into a relay origin, and one viewer session out
 /// of it per subscriber, all over the in-memory transport on one pinned worker. Each cycle
 /// publishes one finished one-frame group; every viewer's application cursor takes it and reads
@@ -102,62 +239,9 @@ pub fn model(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 /// header, the frame), the viewer session's ingest (accept, decode, cache) and the viewer
 /// application's read, plus the executor's share.
 pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
-	use moq_net::lite::session::{self, Config};
-	use moq_net::model::Origin;
-	use moq_net::transport::memory;
-	use moq_net::{Path, Subscription};
-
-	const RELAY: u64 = 1;
 	let rt = pinned_worker();
 	rt.block_on(async {
 		let relay = Origin::new(RELAY);
-		async fn connect(
-			relay: &Origin,
-			id: u64,
-			publish: Option<&Origin>,
-			subscribe: Option<&Origin>,
-		) -> (session::Session<memory::Memory>, session::Session<memory::Memory>) {
-			let (client, server) = memory::pair();
-			let server_config = Config {
-				origin: RELAY,
-				..Config::default()
-			};
-			let accept = {
-				let server = server.clone();
-				let config = server_config.clone();
-				kio::spawn(async move { session::setup(&server, &config).await })
-			};
-			// Clients say their role, as the relay's clients do: a viewer is not asked for
-			// announcements.
-			let role = match (publish.is_some(), subscribe.is_some()) {
-				(true, false) => Some(moq_net::lite::Role::Publisher),
-				(false, true) => Some(moq_net::lite::Role::Subscriber),
-				_ => None,
-			};
-			let client_config = Config {
-				origin: id,
-				role,
-				..Config::default()
-			};
-			let peer = session::setup(&client, &client_config).await.expect("client setup");
-			let server_peer = accept.await.expect("setup task").expect("relay setup");
-			let server_side = session::start(
-				server,
-				server_config,
-				server_peer,
-				Some(relay.consumer()),
-				Some(relay.producer()),
-			);
-			let client_side = session::start(
-				client,
-				client_config,
-				peer,
-				publish.map(Origin::consumer),
-				subscribe.map(Origin::producer),
-			);
-			(client_side, server_side)
-		}
-
 		let publisher = Origin::new(2);
 		let (broadcast, _publication) = publisher
 			.producer()
