@@ -164,6 +164,19 @@ async fn connect(
 	(client_side, server_side)
 }
 
+/// Broadcast `bench` with its track `t`, published into `relay` through a publisher session: the
+/// track, and what keeps the publisher alive.
+async fn publisher(relay: &Origin) -> (TrackProducer, impl Sized) {
+	let publisher = Origin::new(2);
+	let (broadcast, publication) = publisher
+		.producer()
+		.create_broadcast(&Path::new("bench"), Default::default())
+		.expect("a broadcast");
+	let track = broadcast.create_track("t", TrackInfo::default()).expect("a track");
+	let sessions = connect(relay, 2, Some(&publisher), None).await;
+	(track, (publisher, broadcast, publication, sessions))
+}
+
 /// What a viewer's request costs, the relay's session with it: each cycle a raw client (SETUP done,
 /// no session of its own) opens a stream and sends a SUBSCRIBE for a track of a broadcast the relay
 /// mirrors from a publisher session. `known`: the track the publisher has, whose cached group the
@@ -181,19 +194,13 @@ pub fn requests(known: bool, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	let rt = pinned_worker();
 	rt.block_on(async {
 		let relay = Origin::new(RELAY);
-		let publisher = Origin::new(2);
-		let (broadcast, _publication) = publisher
-			.producer()
-			.create_broadcast(&Path::new("bench"), Default::default())
-			.expect("a broadcast");
-		let track = broadcast.create_track("t", TrackInfo::default()).expect("a track");
+		let (track, _publisher) = publisher(&relay).await;
 		track
 			.write_frame(Frame {
 				timestamp: Timestamp::new(0, 1000),
 				payload: Bytes::from(vec![0x5a; PAYLOAD]),
 			})
 			.expect("the track is open");
-		let _publisher_sessions = connect(&relay, 2, Some(&publisher), None).await;
 		let mut announced = relay.consumer().announced(&Path::default());
 		while announced.next().await.broadcast.is_none() {}
 
@@ -242,13 +249,7 @@ pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	let rt = pinned_worker();
 	rt.block_on(async {
 		let relay = Origin::new(RELAY);
-		let publisher = Origin::new(2);
-		let (broadcast, _publication) = publisher
-			.producer()
-			.create_broadcast(&Path::new("bench"), Default::default())
-			.expect("a broadcast");
-		let track = broadcast.create_track("t", TrackInfo::default()).expect("a track");
-		let _publisher_sessions = connect(&relay, 2, Some(&publisher), None).await;
+		let (track, _publisher) = publisher(&relay).await;
 
 		let delivered = Rc::new(Cell::new(0u64));
 		let mut viewers = Vec::new();
