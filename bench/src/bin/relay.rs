@@ -604,10 +604,12 @@ impl Cpu {
 		let utime: f64 = fields.get(11).context("no utime")?.parse()?;
 		let stime: f64 = fields.get(12).context("no stime")?.parse()?;
 		// A process's status counts its first thread's switches only; the workers are tasks of
-		// their own.
+		// their own. io_uring's worker threads come and go: one gone since the listing is skipped.
 		let mut switches = 0.0;
 		for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-			let status = std::fs::read_to_string(task?.path().join("status"))?;
+			let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+				continue;
+			};
 			for line in status.lines() {
 				if let Some(count) = line
 					.strip_prefix("voluntary_ctxt_switches:")
