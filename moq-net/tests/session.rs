@@ -902,6 +902,51 @@ fn names_whose_subscribers_left_give_way_to_a_new_request() {
 	});
 }
 
+#[test]
+fn a_track_asked_for_again_while_it_lingers_is_not_the_first_to_go() {
+	// Before: a viewer returning to a track it had left sends TRACK, then SUBSCRIBE; between the
+	// two the lingering track still counted as abandoned, so under pressure a new request took
+	// its place and the viewer's TRACK was answered with BoundsExceeded.
+	kio::block_on(async {
+		let mut slow = SlowPublisher::new(3).await;
+		let bbb = slow.asking_as(Some(100), "bbb");
+		let mut left: Vec<TrackConsumer> = (0..2)
+			.map(|i| bbb.subscribe_track(&format!("slow-{i}"), sub(0)).unwrap())
+			.collect();
+		slow.heard(2).await;
+		for cursor in &mut left {
+			cursor.unsubscribe();
+		}
+		// The viewer of the older one comes back: its TRACK finds the track lingering.
+		let returning = slow.asking_as(Some(100), "bbb").track("slow-0").unwrap();
+		let third = bbb.subscribe_track("slow-2", sub(0)).unwrap();
+		slow.heard(1).await;
+		// The next request takes the place of the one nobody came back to.
+		let video = slow
+			.asking_as(Some(200), "bbb")
+			.subscribe_track("video", sub(0))
+			.unwrap();
+		assert!(video.info_known().await.is_ok(), "refused");
+		was_given_up(&left[1]);
+		still_asked(&returning);
+		still_asked(&third);
+		// Its SUBSCRIBE then finds it where it was; once that viewer leaves too, the track is
+		// abandoned again and the first to go.
+		let mut watching = slow
+			.asking_as(Some(100), "bbb")
+			.subscribe_track("slow-0", sub(0))
+			.unwrap();
+		still_asked(&left[0]);
+		watching.unsubscribe();
+		let next = slow
+			.asking_as(Some(200), "bbb")
+			.subscribe_track("slow-3", sub(0))
+			.unwrap();
+		assert!(!slow.refused(&next).await, "refused");
+		was_given_up(&left[0]);
+	});
+}
+
 /// On a paused clock: a relay whose broadcast "bbb" has group 0 of its "video", and a raw peer
 /// whose requests it paces at `rate` a second past `burst`.
 fn paced(rate: u32, burst: u32, test: impl AsyncFnOnce(&Memory)) {

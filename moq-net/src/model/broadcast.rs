@@ -226,7 +226,9 @@ impl BroadcastConsumer {
 
 	/// A cursor on track `name` without demand (see [`subscribe_track`](Self::subscribe_track)).
 	pub fn track(&self, name: &str) -> Result<TrackConsumer, Error> {
-		Ok(TrackConsumer::new(self.track_state(name)?).for_requester(self.requester))
+		let state = self.track_state(name)?;
+		TrackProducer::asked(&state, self.requester);
+		Ok(TrackConsumer::new(state).for_requester(self.requester))
 	}
 
 	fn track_state(&self, name: &str) -> Result<Lock<TrackState>, Error> {

@@ -184,8 +184,12 @@ pub(crate) struct TrackState {
 	/// How many times [`TrackProducer::start_over`] emptied the cache; a cursor that saw fewer
 	/// forgets the sequences it had passed.
 	restarts: u64,
-	/// Who asked for the track, if it was created on request (see [`TrackProducer::requester`]).
+	/// Who asked for the track, if it was created on request (see [`TrackProducer::requester`]),
+	/// or who last asked for it without subscribing while it lingered (see [`TrackProducer::asked`]).
 	requester: Option<u64>,
+	/// The `demand_version` at which a consumer without demand asked for the track while it
+	/// lingered: it is not abandoned until demand changes again.
+	asked_at: Option<u64>,
 }
 
 impl TrackState {
@@ -343,6 +347,7 @@ impl TrackProducer {
 				group_cap: MAX_GROUP_BYTES,
 				restarts: 0,
 				requester: None,
+				asked_at: None,
 			}),
 		}
 	}
@@ -416,10 +421,23 @@ impl TrackProducer {
 		self.state.lock().info_known
 	}
 
-	/// Whether the track had subscribers and has none now (it lingers, if its handler lets it).
+	/// Whether the track had subscribers and has none now (it lingers, if its handler lets it),
+	/// and nobody has asked for it since.
 	pub fn is_abandoned(&self) -> bool {
 		let state = self.state.lock();
-		state.demand.is_none() && state.demand_version > 0
+		state.demand.is_none() && state.demand_version > 0 && state.asked_at != Some(state.demand_version)
+	}
+
+	/// `requester` asked for the track without subscribing (a TRACK or a FETCH). If it lingers,
+	/// it is then `requester`'s until demand changes, as a new name asked for by a TRACK is its
+	/// asker's: a viewer returning to a track it left asks for it with a TRACK before its
+	/// SUBSCRIBE, and between the two the track was the first to go for a new request.
+	pub(crate) fn asked(state: &Lock<TrackState>, requester: Option<u64>) {
+		let mut state = state.lock();
+		if state.demand.is_none() && state.demand_version > 0 {
+			state.requester = requester;
+			state.asked_at = Some(state.demand_version);
+		}
 	}
 
 	/// Sets the byte cap of groups created from now on.

@@ -284,7 +284,8 @@ impl Requests {
 	}
 
 	/// Ends a request to make room for one from `requester`, and gives its charge back:
-	/// - the oldest whose subscribers have all left (it only lingers);
+	/// - the oldest whose subscribers have all left (it only lingers) and nobody has asked for
+	///   since ([`TrackProducer::is_abandoned`]);
 	/// - or else one of the requester that holds the most (see [`TrackProducer::holders`] and
 	///   `of_the_greediest`), if that is at least two more than `requester` holds, so nobody is
 	///   held below another's share. A name asked for by a TRACK and not yet subscribed to is its
