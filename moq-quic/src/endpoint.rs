@@ -35,6 +35,7 @@ use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 use crate::connection::{self, ConnShared, Connection};
 use crate::idhash::IdMap;
 use crate::limits::Admit;
+use crate::route::{Forwarded, WorkerIds};
 use crate::sim;
 use crate::{Config, ConnectError};
 
@@ -216,8 +217,13 @@ impl Endpoint {
 
 	fn start(io: Io, local: SocketAddr, config: Config) -> Self {
 		let allow_mtud = matches!(io, Io::Udp(_));
+		let mut endpoint = config.endpoint.clone();
+		if let Some((_, worker)) = &config.router {
+			let worker = *worker;
+			endpoint.cid_generator(move || Box::new(WorkerIds::new(worker)));
+		}
 		let proto = quinn_proto::Endpoint::new(
-			Arc::new(config.endpoint.clone()),
+			Arc::new(endpoint),
 			config.server.clone().map(Arc::new),
 			allow_mtud,
 			None,
@@ -245,7 +251,10 @@ impl Endpoint {
 			local,
 			drivers: RefCell::new(IdMap::default()),
 		});
-		let tasks = vec![kio::spawn(receive(shared.clone())), kio::spawn(send(shared.clone()))];
+		let mut tasks = vec![kio::spawn(receive(shared.clone())), kio::spawn(send(shared.clone()))];
+		if shared.state.borrow().config.router.is_some() {
+			tasks.push(kio::spawn(receive_forwarded(shared.clone())));
+		}
 		Self(Rc::new(Handle { shared, tasks }))
 	}
 
@@ -626,6 +635,7 @@ fn ecn_out(ecn: Option<EcnCodepoint>) -> Option<Ecn> {
 
 /// The receiver task.
 async fn receive(shared: Rc<EndpointShared>) {
+	let router = shared.state.borrow().config.router.clone();
 	match &shared.io {
 		Io::Udp(socket) => loop {
 			let train = match socket.recv().await {
@@ -637,6 +647,21 @@ async fn receive(shared: Rc<EndpointShared>) {
 			let now = kio::time::now();
 			let (peer, local_ip, ecn) = (train.peer(), train.local_ip(), ecn_in(train.ecn()));
 			for datagram in train.segments() {
+				if let Some((router, me)) = &router
+					&& let Some(owner) = router.owner(*me, datagram)
+				{
+					let payload = datagram.to_vec();
+					router.forward(
+						owner,
+						Forwarded {
+							from: peer,
+							local_ip,
+							ecn,
+							payload,
+						},
+					);
+					continue;
+				}
 				shared.handle_datagram(now, peer, local_ip, ecn, datagram);
 			}
 		},
@@ -647,6 +672,24 @@ async fn receive(shared: Rc<EndpointShared>) {
 			let now = kio::time::now();
 			shared.handle_datagram(now, datagram.from, None, datagram.ecn, &datagram.payload);
 		},
+	}
+}
+
+/// Handles the datagrams other workers received for this endpoint's connections (see
+/// [`Router`](crate::Router)).
+async fn receive_forwarded(shared: Rc<EndpointShared>) {
+	let Some((router, me)) = shared.state.borrow().config.router.clone() else {
+		return;
+	};
+	loop {
+		let datagram = kio::wait(|waiter| router.poll_take(me, waiter)).await;
+		shared.handle_datagram(
+			kio::time::now(),
+			datagram.from,
+			datagram.local_ip,
+			datagram.ecn,
+			&datagram.payload,
+		);
 	}
 }
 

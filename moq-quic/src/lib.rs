@@ -13,6 +13,9 @@
 //! - [`tls`]: rustls 0.23 with an explicit `ring` provider, TLS 1.3 only; self-signed ECDSA P-256
 //!   certificates of at most 14 days and their SHA-256 fingerprints; verification by roots, by a
 //!   pinned fingerprint, or explicitly disabled.
+//! - [`Router`] (`route.rs`): hands a datagram that reached the wrong worker (a client whose
+//!   address changed) to the worker that holds its connection, named in the connection id.
+//! - [`nat`]: a NAT on loopback that rebinds on demand, for tests of that.
 //! - [`sim`]: an in-memory network on the worker's (paused) clock with seeded loss, jitter and a
 //!   rate-limited bottleneck, so the same driver is tested deterministically.
 //! - `moq` (feature `moq`, on by default): moq-net's `Transport` for [`Connection`], and
@@ -29,6 +32,8 @@ mod idhash;
 pub mod limits;
 #[cfg(feature = "moq")]
 mod moq;
+pub mod nat;
+mod route;
 pub mod scheduler;
 pub mod sim;
 mod stream;
@@ -45,6 +50,7 @@ pub use limits::{HandshakeBudget, HandshakeStats, Limits};
 #[cfg(feature = "moq")]
 pub use moq::{MoqRecv, MoqSend, closed_code};
 pub use quinn_proto::{ConnectionError, Dir, StreamId, TransportConfig, VarInt};
+pub use route::{Router, RouterStats};
 pub use stream::{RecvStream, SendStream};
 pub use tls::{Certificate, ServerCertificate, Verification};
 
@@ -116,6 +122,10 @@ pub struct Config {
 	/// Each stream also holds at most 256 KiB: without this, a peer that let the relay open many
 	/// streams and never granted them credit made it queue 256 KiB on each.
 	pub send_buffer: usize,
+	/// The server's router and this endpoint's worker index in it, so a client whose address
+	/// changes keeps its connection whichever worker its datagrams reach
+	/// ([`with_router`](Self::with_router)).
+	pub router: Option<(Arc<Router>, u8)>,
 }
 
 impl Config {
@@ -134,6 +144,7 @@ impl Config {
 			idle_timeout: DEFAULT_IDLE_TIMEOUT,
 			send_queue: DEFAULT_SEND_QUEUE,
 			send_buffer: DEFAULT_SEND_BUFFER,
+			router: None,
 		}
 	}
 
@@ -157,6 +168,20 @@ impl Config {
 	/// at least one stream's worth.
 	pub fn with_send_buffer(mut self, bytes: usize) -> Self {
 		self.send_buffer = bytes.max(connection::STREAM_BUFFER);
+		self
+	}
+
+	/// Makes the endpoint worker `worker` of `router`'s: the connection ids it issues name it, and
+	/// it takes the datagrams other workers receive for them, and hands over theirs (see
+	/// [`Router`]). For the endpoints of a server's workers, which share a port
+	/// ([`with_shared_port`](Self::with_shared_port)).
+	pub fn with_router(mut self, router: Arc<Router>, worker: usize) -> Self {
+		assert!(
+			worker < router.workers(),
+			"worker {worker} of a router for {}",
+			router.workers()
+		);
+		self.router = Some((router, worker as u8));
 		self
 	}
 

@@ -37,6 +37,9 @@ use crate::limits::{LimitOptions, Limits};
 
 /// The QUIC (UDP) and HTTP (TCP) port when none is given.
 pub const DEFAULT_PORT: u16 = 4443;
+/// Worker threads at most: each worker's QUIC connection ids carry its index in one byte, so a
+/// datagram that reaches another worker is handed to the right one (`moq_quic::Router`).
+pub const MAX_WORKERS: usize = 256;
 /// The cache budget when none is given.
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// How long shutdown waits for sessions to close when not told.
@@ -76,7 +79,7 @@ pub struct Options {
 	pub listen: Option<SocketAddr>,
 
 	/// Worker threads, each with its own io_uring and UDP socket on the shared port
-	/// [file: workers] [default: the available CPUs].
+	/// (at most 256) [file: workers] [default: the available CPUs].
 	#[arg(long, value_name = "N")]
 	pub workers: Option<NonZeroUsize>,
 
@@ -477,9 +480,13 @@ impl Options {
 			Some(false) => None,
 			_ => Some(self.http.listen.unwrap_or(listen)),
 		};
+		// A connection id names its worker in one byte (moq_quic::Router).
 		let workers = match self.workers {
+			Some(n) if n.get() > MAX_WORKERS => bail!("workers: {n} is more than {MAX_WORKERS}"),
 			Some(n) => n.get(),
-			None => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+			None => std::thread::available_parallelism()
+				.map_or(1, NonZeroUsize::get)
+				.min(MAX_WORKERS),
 		};
 
 		let tls = match (self.tls.cert, self.tls.key) {
@@ -973,6 +980,7 @@ mod tests {
 			("lisen = \"[::]:1\"", "unknown field `lisen`"),
 			("[tls]\nnames = \"a\"", "line 2"),
 			("workers = 0", "workers"),
+			("workers = 257", "workers"),
 			("[http\n", "line 1"),
 			("shutdown_timeout = \"soon\"", "is not a duration"),
 			("cache_size = \"lots\"", "is not a size"),

@@ -50,6 +50,11 @@ pub struct LimitOptions {
 	/// credit gets little prepared) [file: `[limits] send_buffer`] [default: 4MiB].
 	#[arg(long = "send-buffer", value_name = "SIZE")]
 	pub send_buffer: Option<Size>,
+	/// Bytes of datagrams one worker may hold that another worker received for its connections
+	/// (a client whose address changed, hashed to another worker's socket); more are dropped
+	/// [file: `[limits] forward_queue`] [default: 1MiB].
+	#[arg(long = "forward-queue", value_name = "SIZE")]
+	pub forward_queue: Option<Size>,
 	/// Streams of each direction a peer may have open on one connection. A connection starts
 	/// with 16 and doubles the allowance each time the peer has half of it open, up to this;
 	/// quinn-proto keeps about 40 bytes of state for each stream allowed
@@ -135,6 +140,8 @@ pub struct Limits {
 	pub connection_window: u32,
 	/// Queued bytes per connection's send streams.
 	pub send_buffer: usize,
+	/// Bytes of datagrams forwarded to a worker and not yet handled, per worker.
+	pub forward_queue: usize,
 	/// Streams per direction per connection.
 	pub streams: u32,
 	/// Per session.
@@ -163,6 +170,9 @@ impl Default for Limits {
 			stream_window: moq_quic::DEFAULT_STREAM_RECEIVE_WINDOW,
 			connection_window: moq_quic::DEFAULT_RECEIVE_WINDOW,
 			send_buffer: moq_quic::DEFAULT_SEND_BUFFER,
+			// About 700 full-size datagrams: a migrated connection's traffic in one worker's
+			// turn, while a flood addressed to another worker's ids holds no more than this.
+			forward_queue: 1 << 20,
 			// quinn-proto sets up state for every stream a peer may open: allowing 1,024 each way
 			// from the handshake on cost 170 KB per connection (handshake or idle), 256 cost 72 KB
 			// (tests/memory.rs). Connections now start at 16 (moq_quic::INITIAL_STREAMS) and
@@ -233,6 +243,10 @@ impl LimitOptions {
 					.filter(|&b| b >= 256 << 10)
 					.ok_or_else(|| format!("send_buffer: {bytes} is below 256KiB, one stream's queue"))?,
 			},
+			forward_queue: self
+				.forward_queue
+				.map_or(Ok(d.forward_queue), |Size(bytes)| usize::try_from(bytes))
+				.map_err(|_| "forward_queue: too large".to_owned())?,
 			streams: self.streams.unwrap_or(d.streams),
 			session,
 			cluster_session: cluster_limits(session, self.cluster_requests.unwrap_or(d.cluster_session.announces)),

@@ -40,7 +40,7 @@ use moq_net::lite::{ErrorCode, Version};
 use moq_net::model::{Origin, Path, Pool, Route};
 use moq_net::transport::Transport;
 use moq_quic::webtransport;
-use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, ServerCertificate, h3};
+use moq_quic::{Certificate, Connection, Endpoint, EndpointStats, Router, ServerCertificate, h3};
 use tracing::{debug, info, warn};
 
 use crate::auth::{Auth, Grant};
@@ -59,6 +59,8 @@ pub(crate) struct Shared {
 	pub(crate) relay_id: u64,
 	auth: Auth,
 	quic: moq_quic::Config,
+	/// Hands datagrams between the workers' endpoints (a client whose address changed).
+	router: Arc<Router>,
 	/// The certificate handshakes get, replaced when its files change.
 	certificate: ServerCertificate,
 	/// Certificates put in service after the first, and changed files refused.
@@ -93,6 +95,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+	/// The QUIC configuration of worker `index`'s endpoint: the server's, routed with the
+	/// other workers' (see [`Router`]).
+	fn worker_quic(&self, index: usize) -> moq_quic::Config {
+		self.quic.clone().with_router(self.router.clone(), index)
+	}
+
 	/// The pace every session from the address `key` shares (see [`address_requester`]): a peer
 	/// that reconnects, or opens many connections, gets no fresh burst of requests. Kept while a
 	/// session from the address is open or its requests are still owed turns (a pace past both is
@@ -260,6 +268,7 @@ pub fn run(
 		origin,
 		auth,
 		quic,
+		router: Router::new(config.workers, limits.forward_queue),
 		certificate,
 		certificate_reloads: AtomicU64::new(0),
 		certificate_reload_failures: AtomicU64::new(0),
@@ -287,7 +296,8 @@ pub fn run(
 	let http_addr = config.http;
 	runtime.block_on(async move {
 		// Worker 0 binds first: with port 0 the kernel picks the port the others then share.
-		let endpoint = Endpoint::bind(listen, shared.quic.clone()).with_context(|| format!("binding UDP {listen}"))?;
+		let endpoint =
+			Endpoint::bind(listen, shared.worker_quic(0)).with_context(|| format!("binding UDP {listen}"))?;
 		let quic_addr = endpoint.local_addr();
 		// Each worker binds before the next starts, and all before anything is announced.
 		let ready = Arc::new(Queue::unbounded());
@@ -298,7 +308,7 @@ pub fn run(
 			let ready_tx = ready.clone();
 			let verification = verification.clone();
 			workers.push(kio::spawn_on(index, move || async move {
-				match Endpoint::bind(quic_addr, shared.quic.clone()) {
+				match Endpoint::bind(quic_addr, shared.worker_quic(index)) {
 					Ok(endpoint) => {
 						let _ = ready_tx.try_push(Ok(()));
 						serve_worker(shared, endpoint, index, verification, shutdown).await;
@@ -1046,6 +1056,27 @@ fn render_metrics(shared: &Shared) -> String {
 	}
 	let monitors = &shared.monitors;
 	let workers: Vec<String> = (0..endpoints.len()).map(|i| i.to_string()).collect();
+	let routed = shared.router.stats();
+	prom.counter(
+		"moq_relay_udp_forwarded_total",
+		"Datagrams a worker received for another worker's connection (a client whose address changed) and handed to it.",
+		routed.forwarded,
+	)
+	.counter(
+		"moq_relay_udp_forward_dropped_total",
+		"Datagrams for another worker's connection dropped because its queue was full (limits.forward_queue).",
+		routed.dropped,
+	)
+	.gauge(
+		"moq_relay_udp_forward_queued_bytes",
+		"Bytes of datagrams handed to workers and not yet handled (limits.forward_queue per worker).",
+		routed.queued_bytes,
+	)
+	.gauge(
+		"moq_relay_udp_forward_queue_limit",
+		"Bytes of datagrams handed to one worker that it may hold (limits.forward_queue).",
+		shared.limits.forward_queue as u64,
+	);
 	let mut family = |name: &str, help: &str, kind: Kind, value: &dyn Fn(usize) -> u64| {
 		let mut family = prom.family(name, help, kind);
 		for (i, worker) in workers.iter().enumerate() {

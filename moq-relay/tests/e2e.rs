@@ -8,6 +8,7 @@ mod common;
 
 use std::rc::Rc;
 use std::task::Poll;
+use std::time::Duration;
 
 use common::*;
 use kio::sync::Producer;
@@ -31,19 +32,15 @@ async fn worker_sessions(relay: &Relay) -> Vec<u64> {
 /// end before the relay counts the session, so this polls `/metrics` until it has (bounded).
 async fn sessions_after(relay: &Relay, before: &[u64]) -> Vec<u64> {
 	let total: u64 = before.iter().sum();
-	within(
-		std::time::Duration::from_secs(10),
-		"the relay counts the session",
-		async {
-			loop {
-				let now = worker_sessions(relay).await;
-				if now.iter().sum::<u64>() != total {
-					return now;
-				}
-				kio::time::sleep(std::time::Duration::from_millis(5)).await;
+	within(Duration::from_secs(10), "the relay counts the session", async {
+		loop {
+			let now = worker_sessions(relay).await;
+			if now.iter().sum::<u64>() != total {
+				return now;
 			}
-		},
-	)
+			kio::time::sleep(Duration::from_millis(5)).await;
+		}
+	})
 	.await
 }
 
@@ -146,6 +143,59 @@ fn publishers_and_subscribers_on_different_workers() {
 			publish(&track, seq);
 		}
 		assert_eq!(take(&mut cursor, 10).await, (0..10).map(|s| (s, s)).collect::<Vec<_>>());
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn a_viewer_whose_address_changes_keeps_watching_whichever_worker_it_reaches() {
+	// Before: the worker the viewer's new address hashed to did not know its connection and
+	// answered with a stateless reset; the session ended and the viewer had to reconnect.
+	let relay = Relay::start(2);
+	runtime().block_on(async {
+		let origin = Origin::new(1);
+		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
+		let publisher_endpoint = endpoint(&relay);
+		let _publisher = publisher(&relay, &publisher_endpoint, "/", &origin).await.unwrap();
+		let mut nat = moq_quic::nat::Nat::new(relay.bound.quic);
+		let viewer_endpoint = endpoint(&relay);
+		let viewer_origin = Origin::new(2);
+		let _viewer = moq_relay::client::connect(
+			&viewer_endpoint,
+			nat.addr(),
+			&relay.url("/"),
+			&relay.verification(),
+			viewer_origin.id(),
+			None,
+			Some(viewer_origin.producer()),
+		)
+		.await
+		.unwrap();
+		let mut cursor = announced(&viewer_origin, "bbb")
+			.await
+			.subscribe_track("video", sub())
+			.unwrap();
+		track.used().await;
+		publish(&track, 0);
+		assert_eq!(take(&mut cursor, 1).await, vec![(0, 0)]);
+		// New ports until one reaches the worker that does not hold the connection (each does
+		// with probability ½); every group still arrives.
+		let mut next = 1;
+		while relay.metric("moq_relay_udp_forwarded_total").await == 0 {
+			assert!(next <= 40, "40 new ports all reached the connection's own worker");
+			nat.rebind();
+			publish(&track, next);
+			let got = within(Duration::from_secs(20), "a group after a move", take(&mut cursor, 1)).await;
+			assert_eq!(got, vec![(next, next)]);
+			next += 1;
+		}
+		for seq in next..next + 3 {
+			publish(&track, seq);
+		}
+		let got = within(Duration::from_secs(20), "groups on the new path", take(&mut cursor, 3)).await;
+		assert_eq!(got, (next..next + 3).map(|s| (s, s)).collect::<Vec<_>>());
+		assert_eq!(relay.metric("moq_relay_udp_forward_dropped_total").await, 0);
+		assert_eq!(relay.metric("moq_relay_udp_forward_queue_limit").await, 1 << 20);
 	});
 	relay.stop().unwrap();
 }
