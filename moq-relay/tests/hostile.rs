@@ -58,6 +58,9 @@ async fn all_given_back(relay: &Relay, subscriptions: u64) {
 		.metric_until(LIMIT, "moq_relay_stream_queued_bytes", |n| n == 0)
 		.await;
 	relay
+		.metric_until(LIMIT, "moq_relay_udp_forward_queued_bytes", |n| n == 0)
+		.await;
+	relay
 		.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == subscriptions)
 		.await;
 	relay
@@ -629,6 +632,44 @@ fn fill(track: &moq_net::model::TrackProducer, frames: usize, size: usize) {
 		}
 		group.finish().unwrap();
 	}
+}
+
+#[test]
+fn datagrams_addressed_to_another_workers_ids_are_bounded_and_given_back() {
+	// A peer can address made-up connection ids that name either worker: those that reach the
+	// other worker's socket are handed over, at most limits.forward_queue bytes at a time, and
+	// nothing stays held once the flood ends.
+	const QUEUE: usize = 64 << 10;
+	let limits = Limits {
+		forward_queue: QUEUE,
+		..Limits::default()
+	};
+	let relay = relay_limited(limits);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let flood = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+		let mut datagram = vec![0x5a; 1200];
+		for i in 0..2000u32 {
+			// A short header, then a destination id whose first byte names worker 0 or 1.
+			datagram[0] = 0x40;
+			datagram[1] = (i % 2) as u8;
+			datagram[2..6].copy_from_slice(&i.to_be_bytes());
+			let _ = flood.send_to(&datagram, relay.bound.quic);
+		}
+		let routed = relay
+			.metric_until(LIMIT, "moq_relay_udp_forwarded_total", |n| n > 0)
+			.await;
+		let dropped = relay.metric("moq_relay_udp_forward_dropped_total").await;
+		assert!(
+			routed + dropped <= 1000,
+			"{routed} forwarded and {dropped} dropped of 1,000"
+		);
+		assert_eq!(relay.metric("moq_relay_udp_forward_queue_limit").await, QUEUE as u64);
+		healthy.still_receives().await;
+		all_given_back(&relay, 1).await;
+	});
+	relay.stop().unwrap();
 }
 
 #[test]
