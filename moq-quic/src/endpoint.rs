@@ -526,15 +526,13 @@ impl EndpointShared {
 		from: SocketAddr,
 		local_ip: Option<IpAddr>,
 		ecn: Option<EcnCodepoint>,
-		data: &[u8],
+		data: BytesMut,
 	) {
 		let mut state = self.state.borrow_mut();
 		state.stats.datagrams_in += 1;
 		state.stats.bytes_in += data.len() as u64;
 		let mut response = std::mem::take(&mut state.response);
-		let event = state
-			.proto
-			.handle(now, from, local_ip, ecn, BytesMut::from(data), &mut response);
+		let event = state.proto.handle(now, from, local_ip, ecn, data, &mut response);
 		match event {
 			None => {}
 			Some(DatagramEvent::ConnectionEvent(handle, event)) => {
@@ -650,7 +648,7 @@ async fn receive(shared: Rc<EndpointShared>) {
 				if let Some((router, me)) = &router
 					&& let Some(owner) = router.owner(*me, datagram)
 				{
-					let payload = datagram.to_vec();
+					let payload = BytesMut::from(datagram);
 					router.forward(
 						owner,
 						Forwarded {
@@ -662,7 +660,8 @@ async fn receive(shared: Rc<EndpointShared>) {
 					);
 					continue;
 				}
-				shared.handle_datagram(now, peer, local_ip, ecn, datagram);
+				// Copied out of the ring's buffer, which goes back to the kernel.
+				shared.handle_datagram(now, peer, local_ip, ecn, BytesMut::from(datagram));
 			}
 		},
 		Io::Sim(port) => loop {
@@ -670,7 +669,13 @@ async fn receive(shared: Rc<EndpointShared>) {
 				return;
 			};
 			let now = kio::time::now();
-			shared.handle_datagram(now, datagram.from, None, datagram.ecn, &datagram.payload);
+			shared.handle_datagram(
+				now,
+				datagram.from,
+				None,
+				datagram.ecn,
+				BytesMut::from(&datagram.payload[..]),
+			);
 		},
 	}
 }
@@ -688,7 +693,7 @@ async fn receive_forwarded(shared: Rc<EndpointShared>) {
 			datagram.from,
 			datagram.local_ip,
 			datagram.ecn,
-			&datagram.payload,
+			datagram.payload,
 		);
 	}
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 
+use bytes::BytesMut;
 use kio::Waiter;
 use kio::sync::Queue;
 use quinn_proto::{ConnectionId, ConnectionIdGenerator, EcnCodepoint, RandomConnectionIdGenerator};
@@ -47,7 +48,7 @@ pub(crate) struct Forwarded {
 	pub(crate) from: SocketAddr,
 	pub(crate) local_ip: Option<IpAddr>,
 	pub(crate) ecn: Option<EcnCodepoint>,
-	pub(crate) payload: Vec<u8>,
+	pub(crate) payload: BytesMut,
 }
 
 /// A [`Router`]'s counters.
@@ -177,7 +178,7 @@ mod tests {
 			from: "127.0.0.1:1".parse().unwrap(),
 			local_ip: None,
 			ecn: None,
-			payload: vec![0; payload],
+			payload: BytesMut::zeroed(payload),
 		}
 	}
 
