@@ -175,6 +175,10 @@ impl Config {
 	/// it takes the datagrams other workers receive for them, and hands over theirs (see
 	/// [`Router`]). For the endpoints of a server's workers, which share a port
 	/// ([`with_shared_port`](Self::with_shared_port)).
+	///
+	/// # Panics
+	///
+	/// If `worker` is not one of `router`'s.
 	pub fn with_router(mut self, router: Arc<Router>, worker: usize) -> Self {
 		assert!(
 			worker < router.workers(),

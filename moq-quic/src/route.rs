@@ -63,8 +63,12 @@ pub struct RouterStats {
 }
 
 impl Router {
-	/// A router for `workers` endpoints (at most 256), each holding at most `queue_bytes` of
-	/// datagrams forwarded to it and not yet handled.
+	/// A router for `workers` endpoints, each holding at most `queue_bytes` of datagrams
+	/// forwarded to it and not yet handled.
+	///
+	/// # Panics
+	///
+	/// Unless `workers` is 1 to 256: a connection id names its worker in one byte.
 	pub fn new(workers: usize, queue_bytes: usize) -> Arc<Self> {
 		assert!((1..=256).contains(&workers), "a router serves 1 to 256 workers");
 		Arc::new(Self {
