@@ -1184,3 +1184,62 @@ fn a_views_requests_are_its_requesters_however_it_found_the_broadcast() {
 		}
 	});
 }
+
+#[test]
+fn a_tracks_holders_follow_its_subscriptions_as_they_come_and_go() {
+	// The holders are kept as subscriptions come and go (a spent request budget asks every
+	// requested track on each new request): two of one requester's and one of another's, left in
+	// turn, and seventeen requesters, past which the track is nobody's.
+	kio::block_on(async {
+		let origin = Origin::new(1);
+		let (broadcast, _publication) = origin
+			.producer()
+			.create_broadcast(&Path::new("bbb"), Route::default())
+			.unwrap();
+		broadcast.serve_requests();
+		let as_requester = |id: u64| {
+			origin
+				.consumer()
+				.requesting_as(id)
+				.broadcast(&Path::new("bbb"))
+				.unwrap()
+		};
+		let mut first = as_requester(7)
+			.subscribe_track("video", Subscription::default())
+			.unwrap();
+		let track = broadcast.requested_track().await.unwrap();
+		let mut second = as_requester(7)
+			.subscribe_track("video", Subscription::default())
+			.unwrap();
+		let mut other = as_requester(8)
+			.subscribe_track("video", Subscription::default())
+			.unwrap();
+		let sorted = |holders: Option<Vec<Option<u64>>>| {
+			holders.map(|mut holders| {
+				holders.sort();
+				holders
+			})
+		};
+		assert_eq!(sorted(track.holders(16)), Some(vec![Some(7), Some(8)]));
+		first.unsubscribe();
+		assert_eq!(
+			sorted(track.holders(16)),
+			Some(vec![Some(7), Some(8)]),
+			"7 still has one"
+		);
+		second.unsubscribe();
+		assert_eq!(track.holders(16), Some(vec![Some(8)]));
+		let many: Vec<TrackConsumer> = (100..117)
+			.map(|id| {
+				as_requester(id)
+					.subscribe_track("video", Subscription::default())
+					.unwrap()
+			})
+			.collect();
+		assert_eq!(track.holders(16), None, "18 requesters");
+		assert_eq!(track.holders(18).map(|holders| holders.len()), Some(18));
+		drop(many);
+		other.unsubscribe();
+		assert_eq!(track.holders(16), Some(vec![Some(7)]), "nobody subscribed: its asker");
+	});
+}
