@@ -183,6 +183,8 @@ fn a_viewer_whose_address_changes_keeps_watching_whichever_worker_it_reaches() {
 		let mut next = 1;
 		while relay.metric("moq_relay_udp_forwarded_total").await == 0 {
 			assert!(next <= 40, "40 new ports all reached the connection's own worker");
+			// A NAT moves when a mapping has been idle, not between a challenge and its answer.
+			within(Duration::from_secs(20), "the viewer's answer", nat.settle()).await;
 			nat.rebind();
 			publish(&track, next);
 			let got = within(Duration::from_secs(20), "a group after a move", take(&mut cursor, 1)).await;
