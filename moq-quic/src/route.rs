@@ -12,8 +12,19 @@
 //! forwarded: a client's Initial picks its own destination id, and a handshake does not migrate.
 //!
 //! What a peer can make the relay hold here is bounded: each worker's inbox takes at most
-//! [`Router::new`]'s `queue_bytes` of datagrams (a datagram past it is dropped, as a full socket
-//! buffer would), every forwarded datagram is counted, and one is forwarded once at most.
+//! [`Router::new`]'s `queue_bytes` of datagrams, each charged its payload and its bookkeeping (a
+//! datagram past it is dropped, as a full socket buffer would); one too short to be a packet is
+//! never forwarded, every forwarded one is counted, and none is forwarded twice.
+//!
+//! What it costs (from review):
+//! - The first byte of every id names a worker, so an observer can tell which worker's
+//!   connections a packet belongs to, and link a connection's ids across a migration to a set of
+//!   1 in the worker count (QUIC-LB's unencrypted server ids make the same trade).
+//! - A stateless reset a client sends looks like a short-header packet with random bytes; when
+//!   its second byte names another worker it goes there, and the connection it was for waits for
+//!   its idle timeout instead of closing at once.
+//! - Datagrams for a worker whose endpoint is gone (at shutdown) wait in its inbox, within the
+//!   bound, and are never answered.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -28,6 +39,16 @@ use quinn_proto::{ConnectionId, ConnectionIdGenerator, EcnCodepoint, RandomConne
 /// The length of the connection ids a routed endpoint issues: quinn-proto's default, the first
 /// byte the worker's index and the other seven random.
 pub(crate) const CID_LEN: usize = 8;
+
+/// The shortest datagram forwarded: a short header (1 byte), the destination id, the longest
+/// packet number (4 bytes) and the 16-byte sample header protection takes; anything shorter is
+/// no packet of a connection, and handled (dropped) where it arrived.
+const MIN_PACKET: usize = 1 + CID_LEN + 4 + 16;
+
+/// What a queued datagram costs beyond its payload: its record and the payload's allocation,
+/// rounded up. Charged with the payload, so a flood of tiny datagrams cannot hold ten times the
+/// limit in bookkeeping (found in review: 9-byte datagrams, about 116 k of them in 1 MiB).
+const OVERHEAD: usize = size_of::<Forwarded>() + 32;
 
 /// Routes datagrams to the worker whose endpoint holds their connection (see the module docs).
 /// One per server, shared by its workers' endpoints ([`Config::with_router`](crate::Config::with_router)).
@@ -107,7 +128,7 @@ impl Router {
 	pub(crate) fn owner(&self, me: u8, datagram: &[u8]) -> Option<usize> {
 		// A short header: the form bit clear, then the destination id (RFC 9000 §17.3).
 		let (&first, id) = datagram.split_first()?;
-		if first & 0x80 != 0 || id.len() < CID_LEN {
+		if first & 0x80 != 0 || datagram.len() < MIN_PACKET {
 			return None;
 		}
 		let owner = id[0];
@@ -117,7 +138,7 @@ impl Router {
 	/// Hands `datagram` to worker `to`, or drops it if that worker's inbox is full.
 	pub(crate) fn forward(&self, to: usize, datagram: Forwarded) {
 		let inbox = &self.inboxes[to];
-		let size = datagram.payload.len();
+		let size = datagram.payload.len() + OVERHEAD;
 		let held = inbox.bytes.fetch_add(size, Ordering::Relaxed);
 		if held + size > self.queue_bytes || inbox.datagrams.try_push(datagram).is_err() {
 			inbox.bytes.fetch_sub(size, Ordering::Relaxed);
@@ -132,7 +153,9 @@ impl Router {
 		let inbox = &self.inboxes[usize::from(me)];
 		match inbox.datagrams.poll_pop(waiter) {
 			Poll::Ready(Some(datagram)) => {
-				inbox.bytes.fetch_sub(datagram.payload.len(), Ordering::Relaxed);
+				inbox
+					.bytes
+					.fetch_sub(datagram.payload.len() + OVERHEAD, Ordering::Relaxed);
 				Poll::Ready(datagram)
 			}
 			// The queue is never closed: it lives as long as the router.
@@ -189,14 +212,19 @@ mod tests {
 	#[test]
 	fn only_short_headers_for_another_workers_ids_are_forwarded() {
 		let router = Router::new(4, 1 << 20);
-		let short = |owner: u8| [&[0x40, owner][..], &[7; 20]].concat();
+		let short = |owner: u8| [&[0x40, owner][..], &[7; 40]].concat();
 		assert_eq!(router.owner(0, &short(2)), Some(2));
 		assert_eq!(router.owner(2, &short(2)), None, "its own");
 		assert_eq!(router.owner(0, &short(4)), None, "no such worker");
 		let mut long = short(2);
 		long[0] = 0xc0;
 		assert_eq!(router.owner(0, &long), None, "a long header");
-		assert_eq!(router.owner(0, &short(2)[..CID_LEN]), None, "shorter than an id");
+		assert_eq!(
+			router.owner(0, &short(2)[..MIN_PACKET - 1]),
+			None,
+			"shorter than a packet"
+		);
+		assert_eq!(router.owner(0, &short(2)[..MIN_PACKET]), Some(2));
 		assert_eq!(router.owner(0, &[]), None);
 	}
 
@@ -206,18 +234,30 @@ mod tests {
 		router.forward(1, datagram(1200));
 		router.forward(1, datagram(1200));
 		router.forward(1, datagram(1200));
+		let each = (1200 + OVERHEAD) as u64;
 		assert_eq!(
 			router.stats(),
 			RouterStats {
 				forwarded: 2,
 				dropped: 1,
-				queued_bytes: 2400
+				queued_bytes: 2 * each
 			}
 		);
 		let waiter = Waiter::new(std::task::Waker::noop().clone());
 		assert!(router.poll_take(1, &waiter).is_ready());
 		assert!(router.poll_take(0, &waiter).is_pending(), "worker 0 got nothing");
-		assert_eq!(router.stats().queued_bytes, 1200);
+		assert_eq!(router.stats().queued_bytes, each);
+	}
+
+	#[test]
+	fn tiny_datagrams_are_charged_their_bookkeeping() {
+		let router = Router::new(2, 64 << 10);
+		for _ in 0..10_000 {
+			router.forward(1, datagram(MIN_PACKET));
+		}
+		let stats = router.stats();
+		assert!(stats.queued_bytes <= 64 << 10, "{stats:?}");
+		assert_eq!(stats.forwarded, (64 << 10) / (MIN_PACKET + OVERHEAD) as u64);
 	}
 
 	#[test]
