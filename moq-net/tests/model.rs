@@ -1156,17 +1156,23 @@ fn raising_the_floor_offers_nothing_twice_and_clearing_it_never_repeats_the_late
 	assert_eq!(drain(&mut fresh, false), Vec::<u64>::new(), "7 was yielded already");
 }
 
+/// Broadcast "bbb" of `origin`, serving requests for tracks it does not have.
+fn serving(origin: &Origin) -> (BroadcastProducer, moq_net::model::Publication) {
+	let (broadcast, publication) = origin
+		.producer()
+		.create_broadcast(&Path::new("bbb"), Route::default())
+		.unwrap();
+	broadcast.serve_requests();
+	(broadcast, publication)
+}
+
 #[test]
 fn a_views_requests_are_its_requesters_however_it_found_the_broadcast() {
 	// Found in review: broadcasts from an announcement cursor did not carry the view's requester,
 	// so tracks asked for through them were nobody's.
 	kio::block_on(async {
 		let origin = Origin::new(1);
-		let (broadcast, _publication) = origin
-			.producer()
-			.create_broadcast(&Path::new("bbb"), Route::default())
-			.unwrap();
-		broadcast.serve_requests();
+		let (broadcast, _publication) = serving(&origin);
 		let view = origin.consumer().requesting_as(9);
 		let mut cursor = view.announced(&Path::default());
 		let announced = cursor.next().await.broadcast.expect("announced");
@@ -1192,11 +1198,7 @@ fn a_tracks_holders_follow_its_subscriptions_as_they_come_and_go() {
 	// turn, and seventeen requesters, past which the track is nobody's.
 	kio::block_on(async {
 		let origin = Origin::new(1);
-		let (broadcast, _publication) = origin
-			.producer()
-			.create_broadcast(&Path::new("bbb"), Route::default())
-			.unwrap();
-		broadcast.serve_requests();
+		let (broadcast, _publication) = serving(&origin);
 		let as_requester = |id: u64| {
 			origin
 				.consumer()

@@ -35,7 +35,7 @@ use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 use crate::connection::{self, ConnShared, Connection};
 use crate::idhash::IdMap;
 use crate::limits::Admit;
-use crate::route::{Forwarded, WorkerIds};
+use crate::route::{Forwarded, Router, WorkerIds};
 use crate::sim;
 use crate::{Config, ConnectError};
 
@@ -217,9 +217,9 @@ impl Endpoint {
 
 	fn start(io: Io, local: SocketAddr, config: Config) -> Self {
 		let allow_mtud = matches!(io, Io::Udp(_));
+		let router = config.router.clone();
 		let mut endpoint = config.endpoint.clone();
-		if let Some((_, worker)) = &config.router {
-			let worker = *worker;
+		if let Some((_, worker)) = router {
 			endpoint.cid_generator(move || Box::new(WorkerIds::new(worker)));
 		}
 		let proto = quinn_proto::Endpoint::new(
@@ -251,9 +251,12 @@ impl Endpoint {
 			local,
 			drivers: RefCell::new(IdMap::default()),
 		});
-		let mut tasks = vec![kio::spawn(receive(shared.clone())), kio::spawn(send(shared.clone()))];
-		if shared.state.borrow().config.router.is_some() {
-			tasks.push(kio::spawn(receive_forwarded(shared.clone())));
+		let mut tasks = vec![
+			kio::spawn(receive(shared.clone(), router.clone())),
+			kio::spawn(send(shared.clone())),
+		];
+		if let Some((router, worker)) = router {
+			tasks.push(kio::spawn(receive_forwarded(shared.clone(), router, worker)));
 		}
 		Self(Rc::new(Handle { shared, tasks }))
 	}
@@ -631,9 +634,8 @@ fn ecn_out(ecn: Option<EcnCodepoint>) -> Option<Ecn> {
 	})
 }
 
-/// The receiver task.
-async fn receive(shared: Rc<EndpointShared>) {
-	let router = shared.state.borrow().config.router.clone();
+/// The receiver task; with a `router`, datagrams for another worker's connections go to it.
+async fn receive(shared: Rc<EndpointShared>, router: Option<(Arc<Router>, u8)>) {
 	match &shared.io {
 		Io::Udp(socket) => loop {
 			let train = match socket.recv().await {
@@ -681,11 +683,8 @@ async fn receive(shared: Rc<EndpointShared>) {
 }
 
 /// Handles the datagrams other workers received for this endpoint's connections (see
-/// [`Router`](crate::Router)).
-async fn receive_forwarded(shared: Rc<EndpointShared>) {
-	let Some((router, me)) = shared.state.borrow().config.router.clone() else {
-		return;
-	};
+/// [`Router`]).
+async fn receive_forwarded(shared: Rc<EndpointShared>, router: Arc<Router>, me: u8) {
 	loop {
 		let datagram = kio::wait(|waiter| router.poll_take(me, waiter)).await;
 		shared.handle_datagram(

@@ -442,7 +442,9 @@ fn measure_running(
 	let cpu = || -> anyhow::Result<Cpu> {
 		let mut total = Cpu::default();
 		for &pid in pids {
-			total = total + Cpu::of(pid, tick)?;
+			let cpu = Cpu::of(pid, tick)?;
+			total.seconds += cpu.seconds;
+			total.switches += cpu.switches;
 		}
 		Ok(total)
 	};
@@ -581,17 +583,6 @@ fn udp_port_bound(port: u16) -> bool {
 struct Cpu {
 	seconds: f64,
 	switches: f64,
-}
-
-impl std::ops::Add for Cpu {
-	type Output = Self;
-
-	fn add(self, other: Self) -> Self {
-		Self {
-			seconds: self.seconds + other.seconds,
-			switches: self.switches + other.switches,
-		}
-	}
 }
 
 impl Cpu {

@@ -198,6 +198,11 @@ pub(crate) struct TrackState {
 }
 
 impl TrackState {
+	/// Whether the track had subscribers and has none now: it lingers, if its handler lets it.
+	fn lingers(&self) -> bool {
+		self.demand.is_none() && self.demand_version > 0
+	}
+
 	fn cached(&self, arrival: u64) -> Option<&Cached> {
 		self.arrival.get(arrival.checked_sub(self.base)? as usize)?.as_ref()
 	}
@@ -425,7 +430,7 @@ impl TrackProducer {
 	/// and nobody has asked for it since.
 	pub fn is_abandoned(&self) -> bool {
 		let state = self.state.lock();
-		state.demand.is_none() && state.demand_version > 0 && state.asked_at != Some(state.demand_version)
+		state.lingers() && state.asked_at != Some(state.demand_version)
 	}
 
 	/// `requester` asked for the track without subscribing (a TRACK or a FETCH). If it lingers,
@@ -434,7 +439,7 @@ impl TrackProducer {
 	/// SUBSCRIBE, and between the two the track was the first to go for a new request.
 	pub(crate) fn asked(state: &Lock<TrackState>, requester: Option<u64>) {
 		let mut state = state.lock();
-		if state.demand.is_none() && state.demand_version > 0 {
+		if state.lingers() {
 			state.requester = requester;
 			state.asked_at = Some(state.demand_version);
 		}
