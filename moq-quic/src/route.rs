@@ -72,6 +72,13 @@ pub(crate) struct Forwarded {
 	pub(crate) payload: BytesMut,
 }
 
+impl Forwarded {
+	/// What it holds while queued: its payload and its bookkeeping.
+	fn charge(&self) -> usize {
+		self.payload.len() + OVERHEAD
+	}
+}
+
 /// A [`Router`]'s counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouterStats {
@@ -138,7 +145,7 @@ impl Router {
 	/// Hands `datagram` to worker `to`, or drops it if that worker's inbox is full.
 	pub(crate) fn forward(&self, to: usize, datagram: Forwarded) {
 		let inbox = &self.inboxes[to];
-		let size = datagram.payload.len() + OVERHEAD;
+		let size = datagram.charge();
 		let held = inbox.bytes.fetch_add(size, Ordering::Relaxed);
 		if held + size > self.queue_bytes || inbox.datagrams.try_push(datagram).is_err() {
 			inbox.bytes.fetch_sub(size, Ordering::Relaxed);
@@ -153,9 +160,7 @@ impl Router {
 		let inbox = &self.inboxes[usize::from(me)];
 		match inbox.datagrams.poll_pop(waiter) {
 			Poll::Ready(Some(datagram)) => {
-				inbox
-					.bytes
-					.fetch_sub(datagram.payload.len() + OVERHEAD, Ordering::Relaxed);
+				inbox.bytes.fetch_sub(datagram.charge(), Ordering::Relaxed);
 				Poll::Ready(datagram)
 			}
 			// The queue is never closed: it lives as long as the router.
