@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use bytes::{BufMut as _, BytesMut};
 use kio::sync::{Consumer, Producer, Queue};
+use kio::{Either, race};
 use moq_net::lite::session;
 use moq_net::model::{
 	Frame, GroupConsumer, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
 };
 use moq_quic::Verification;
 use moq_relay::client::{self, Url};
-use moq_relay::race::{Either, race};
 
 /// The track every load broadcast carries.
 pub const TRACK: &str = "load";

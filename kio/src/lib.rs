@@ -10,6 +10,7 @@
 //!   and [`Queue`](sync::Queue), `Send` primitives that cross workers.
 //! - [`exec`]: the [`Runtime`] and its workers, each with a task slab, a run queue with a
 //!   budget, a timer wheel and an io_uring; [`spawn`], [`block_on`], [`yield_now`].
+//! - [`race`]: the first of two futures to finish (a session or its deadline).
 //! - [`time`]: the loop's clock, [`sleep`](time::sleep) and the re-armable
 //!   [`Deadline`](time::Deadline).
 //! - `uring` (private): ring set-up, the one `io_uring_enter` per loop turn, operations that own
@@ -35,6 +36,7 @@
 
 pub mod exec;
 pub mod net;
+mod race;
 pub mod sync;
 #[allow(unsafe_code)] // System calls outside the ring: see the module docs.
 mod sys;
@@ -62,6 +64,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 pub use exec::{Builder, Monitor, Runtime, Stats, spawn, spawn_on, stats, try_spawn, worker_count, worker_index};
+pub use race::{Either, Race, race};
 #[doc(hidden)]
 pub use sys::{pin_current_thread, process_cpu_time};
 pub use task::{JoinError, JoinHandle, Panic, RemoteJoinHandle, yield_now};

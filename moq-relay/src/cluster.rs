@@ -60,8 +60,8 @@ use tracing::{info, warn};
 
 use crate::client::{self, AnyClient, Url};
 use crate::config::PeerTls;
-use crate::race::{Either, race};
 use crate::server::{SHUTDOWN_CODE, Shared};
+use kio::{Either, race};
 
 /// The first delay before dialling a peer again.
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);

@@ -8,5 +8,4 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
-pub mod race;
 pub mod server;

@@ -48,7 +48,7 @@ use crate::config::{Cluster, Config, Tls};
 use crate::http::{self, Routes};
 use crate::limits::Limits;
 use crate::metrics::{Kind, Prom};
-use crate::race::{Either, race};
+use kio::{Either, race};
 
 /// The code connections are closed with at shutdown: moq-lite's Closed (25).
 pub const SHUTDOWN_CODE: u64 = 25;

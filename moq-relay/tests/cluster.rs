@@ -314,7 +314,7 @@ async fn next_group_within(
 	cursor: &mut moq_net::TrackConsumer,
 	limit: Duration,
 ) -> Result<Result<Option<moq_net::GroupConsumer>, moq_net::Error>, ()> {
-	use moq_relay::race::{Either, race};
+	use kio::{Either, race};
 	match race(cursor.recv_group(), kio::time::sleep(limit)).await {
 		Either::Left(group) => Ok(group),
 		Either::Right(()) => Err(()),

@@ -23,10 +23,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use kio::net::TcpStream;
+use kio::{Either, race};
 use moq_net::lite::{ControlType, Subscribe, Track};
 use moq_net::model::{Origin, Path, Route, Subscription, TrackInfo};
 use moq_relay::limits::Limits;
-use moq_relay::race::{Either, race};
 
 const LIMIT: Duration = Duration::from_secs(20);
 

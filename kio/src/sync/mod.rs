@@ -9,14 +9,18 @@
 //! - [`Producer`] / [`Consumer`]: a shared value with separate lists for writes, close, and the
 //!   consumer count going between zero and one.
 //! - [`Queue`]: a bounded or unbounded FIFO with close.
+//! - [`Budget`] and [`Charge`]: what a holder may take of something countable, given back when
+//!   the charge drops; [`Keyed`] shares per key (a source address).
 //!
 //! Under `cfg(loom)` the locks and atomics come from loom, so the loom models in `tests/loom.rs`
 //! permute every cross-thread handoff.
 
+mod budget;
 mod lock;
 mod queue;
 mod state;
 
+pub use budget::{Account, Budget, Charge, KeyAccount, Keyed};
 pub use lock::{Lock, LockGuard};
 pub use queue::{PushError, Queue};
 pub use state::{Consumer, Mut, Producer, Ref};

@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kio::{Either, race};
 use moq_net::model::{
 	BroadcastConsumer, Frame, GroupProducer, Origin, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
 };
@@ -28,7 +29,6 @@ use moq_quic::Verification;
 use moq_relay::client::{self, Url};
 use moq_relay::cluster::Backoff;
 use moq_relay::config::Span;
-use moq_relay::race::{Either, race};
 
 /// An example moq-lite-05 client: publish a clock track, or subscribe and print it.
 #[derive(Parser, Debug)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use kio::{Either, race};
 use moq_net::lite::session;
 use moq_net::model::{
 	BroadcastProducer, Origin, OriginConsumer, OriginProducer, Publication, Subscription, TrackConsumer, TrackProducer,
@@ -22,7 +23,6 @@ use moq_relay::auth::{Anonymous, AuthConfig};
 use moq_relay::client::{self, Client, Url};
 use moq_relay::config::{Cluster, Config, Tls};
 use moq_relay::limits::Limits;
-use moq_relay::race::{Either, race};
 use moq_relay::server::{self, Bound, Reload, Shutdown};
 
 /// A relay running on threads of its own; shut down and joined on drop.
