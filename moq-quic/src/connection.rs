@@ -54,6 +54,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
+use kio::sync::{Budget, Charge};
 use kio::time::Deadline;
 use kio::{Waiter, WaiterList};
 use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent, StreamId, VarInt};
@@ -188,7 +189,8 @@ impl Chunks {
 /// Our half of a send stream: data not yet handed to quinn-proto, and the scheduler's entry.
 struct SendHalf {
 	queue: Chunks,
-	queued: usize,
+	/// What `queue` holds, charged to the connection's send buffer.
+	queued: Charge,
 	/// `finish` was called; quinn-proto hears it once the queue is empty.
 	finishing: bool,
 	/// Finished or reset in quinn-proto: nothing more to do here.
@@ -273,25 +275,34 @@ pub(crate) struct ConnState {
 /// The bytes a connection's send streams hold queued (not yet handed to quinn-proto), all
 /// streams together, and the writers waiting for room.
 struct QueueBudget {
-	used: usize,
-	cap: usize,
+	bytes: Budget,
 	/// Writers that found no room; woken by the first bytes given back after.
 	waiters: WaiterList,
 }
 
 impl QueueBudget {
 	fn room(&self) -> usize {
-		self.cap.saturating_sub(self.used)
+		self.bytes.room() as usize
 	}
 
-	/// Gives `bytes` back. Writers wait only when the budget is spent, so only a give from full
-	/// wakes them.
-	fn give(&mut self, bytes: usize) {
-		if bytes > 0 && self.used >= self.cap {
+	/// Gives `bytes` of a stream's charge back. Writers wait only when the budget is spent, so
+	/// only a give from full wakes them.
+	fn give(&mut self, charge: &mut Charge, bytes: usize) {
+		if bytes > 0 && self.bytes.room() == 0 {
 			self.waiters.wake();
 		}
-		self.used -= bytes;
+		charge.shrink(bytes as u64);
 	}
+
+	/// Gives a stream's whole charge back (its queue was dropped).
+	fn give_all(&mut self, charge: &mut Charge) {
+		self.give(charge, charge.amount() as usize);
+	}
+}
+
+/// What a stream holds queued, in bytes.
+fn queued(half: &SendHalf) -> usize {
+	half.queued.amount() as usize
 }
 
 /// A connection's state, shared by its handles and its driver.
@@ -343,8 +354,7 @@ impl ConnShared {
 				unsent: 0,
 				unannounced,
 				queue: QueueBudget {
-					used: 0,
-					cap: send_buffer,
+					bytes: Budget::new(send_buffer as u64),
 					waiters: WaiterList::new(),
 				},
 			}),
@@ -354,7 +364,9 @@ impl ConnShared {
 	/// Bytes the send streams hold queued now (0 if the state is borrowed, which it is not
 	/// outside a connection's own calls).
 	pub(crate) fn stream_queued(&self) -> usize {
-		self.state.try_borrow().map_or(0, |state| state.queue.used)
+		self.state
+			.try_borrow()
+			.map_or(0, |state| state.queue.bytes.used() as usize)
 	}
 
 	/// A datagram for this connection, from the endpoint.
@@ -458,7 +470,7 @@ impl ConnState {
 			Event::Stream(StreamEvent::Writable { id }) => {
 				if let Some(half) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
 					half.blocked = false;
-					if !half.done && (half.queued > 0 || half.finishing) {
+					if !half.done && (queued(half) > 0 || half.finishing) {
 						self.scheduler.ready(half.slot);
 					}
 				}
@@ -532,8 +544,7 @@ impl ConnState {
 		if let Some(half) = stream.send.as_mut() {
 			half.stopped = Some(code);
 			half.queue.clear();
-			self.queue.give(half.queued);
-			half.queued = 0;
+			self.queue.give_all(&mut half.queued);
 			if !half.done {
 				half.done = true;
 				self.scheduler.remove_stream(half.slot);
@@ -554,7 +565,7 @@ impl ConnState {
 			let group = self.scheduler.insert_group(0);
 			SendHalf {
 				queue: Chunks::default(),
-				queued: 0,
+				queued: self.queue.bytes.empty(),
 				finishing: false,
 				done: false,
 				slot: self.scheduler.insert_stream(group, stream_key(id)),
@@ -642,8 +653,7 @@ impl ConnState {
 					Ok(written) => {
 						sent += written.bytes;
 						half.taken = half.taken.saturating_add(written.bytes);
-						half.queued -= written.bytes;
-						self.queue.give(written.bytes);
+						self.queue.give(&mut half.queued, written.bytes);
 						// What quinn-proto did not take goes back in front, in order.
 						if !chunk.is_empty() {
 							half.queue.push_front(chunk);
@@ -670,14 +680,12 @@ impl ConnState {
 					Err(quinn_proto::WriteError::Stopped(code)) => {
 						half.stopped = Some(code.into_inner());
 						half.queue.clear();
-						self.queue.give(half.queued);
-						half.queued = 0;
+						self.queue.give_all(&mut half.queued);
 						break;
 					}
 					Err(quinn_proto::WriteError::ClosedStream) => {
 						half.queue.clear();
-						self.queue.give(half.queued);
-						half.queued = 0;
+						self.queue.give_all(&mut half.queued);
 						closed = true;
 						break;
 					}
@@ -686,7 +694,7 @@ impl ConnState {
 			if outcome == After::Blocked {
 				half.blocked = true;
 			} else {
-				outcome = if half.queued > 0 { After::Ready } else { After::Drained };
+				outcome = if queued(half) > 0 { After::Ready } else { After::Drained };
 			}
 			let mut finished = false;
 			// quinn-proto no longer knows the stream: nothing more can go out on it (later writes
@@ -695,14 +703,14 @@ impl ConnState {
 				half.done = true;
 				finished = true;
 			}
-			if half.queued == 0 && (half.finishing || half.stopped.is_some()) && !half.done {
+			if queued(half) == 0 && (half.finishing || half.stopped.is_some()) && !half.done {
 				if half.stopped.is_none() {
 					let _ = stream.finish();
 				}
 				half.done = true;
 				finished = true;
 			}
-			let woke = half.queued < half.limit();
+			let woke = queued(half) < half.limit();
 			fed += sent;
 			self.scheduler.sent(pick, sent, outcome);
 			if finished {
@@ -981,7 +989,7 @@ impl Connection {
 	/// Bytes this connection's send streams hold queued, not yet handed to quinn-proto (at most
 	/// [`crate::Config::send_buffer`]).
 	pub fn stream_queued(&self) -> usize {
-		self.state().queue.used
+		self.state().queue.bytes.used() as usize
 	}
 
 	/// Live stream entries and scheduler groups (for tests that state is freed).
@@ -1136,12 +1144,12 @@ impl Connection {
 			return Poll::Ready(Err(StreamError::Closed));
 		}
 		// Ahead of what the peer has credited (see `SendHalf::limit`): wait for the queue to drain.
-		if !data.is_empty() && half.queued >= half.limit() {
+		if !data.is_empty() && queued(half) >= half.limit() {
 			stream.waiters.register(waiter);
 			return Poll::Pending;
 		}
 		while !data.is_empty() {
-			let room = STREAM_BUFFER.saturating_sub(half.queued);
+			let room = STREAM_BUFFER.saturating_sub(queued(half));
 			if room == 0 {
 				stream.waiters.register(waiter);
 				break;
@@ -1155,13 +1163,16 @@ impl Connection {
 				break;
 			}
 			let take = room.min(data.len());
-			let chunk = data.split_to(take);
-			half.queued += take;
-			queue.used += take;
-			half.queue.push_back(chunk);
+			if !half.queued.grow(take as u64) {
+				// The send buffer's parent has no room (its room above counts only its own).
+				queue.waiters.register(waiter);
+				stream.waiters.register(waiter);
+				break;
+			}
+			half.queue.push_back(data.split_to(take));
 		}
 		// A blocked stream waits for `Writable`, however much more is written to it.
-		if half.queued > 0 && !half.blocked {
+		if queued(half) > 0 && !half.blocked {
 			scheduler.ready(half.slot);
 			state.mark_dirty();
 		}
@@ -1213,8 +1224,7 @@ impl Connection {
 			return;
 		}
 		half.queue.clear();
-		queue.give(half.queued);
-		half.queued = 0;
+		queue.give_all(&mut half.queued);
 		if !half.done {
 			half.done = true;
 			scheduler.remove_stream(half.slot);

@@ -34,7 +34,7 @@ use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 
 use crate::connection::{self, ConnShared, Connection};
 use crate::idhash::IdMap;
-use crate::limits::Admit;
+use crate::limits::{Admit, Handshake};
 use crate::route::{Forwarded, Router, WorkerIds};
 use crate::sim;
 use crate::{Config, ConnectError};
@@ -97,8 +97,8 @@ pub(crate) struct EndpointState {
 	pub(crate) proto: quinn_proto::Endpoint,
 	pub(crate) config: Config,
 	conns: IdMap<ConnectionHandle, Rc<ConnShared>>,
-	/// Server connections still handshaking, with the address the budget charged.
-	handshaking: IdMap<ConnectionHandle, IpAddr>,
+	/// Server connections still handshaking, each with its charge to the handshake budget.
+	handshaking: IdMap<ConnectionHandle, Handshake>,
 	accepted: VecDeque<Connection>,
 	accept_waiters: WaiterList,
 	drain_waiters: WaiterList,
@@ -427,9 +427,7 @@ impl EndpointState {
 	/// A server connection's handshake ended (completed, failed or timed out): its budget share
 	/// goes back.
 	fn handshake_over(&mut self, handle: ConnectionHandle) {
-		if let Some(ip) = self.handshaking.remove(&handle) {
-			self.config.handshakes.release(ip);
-		}
+		self.handshaking.remove(&handle);
 	}
 }
 
@@ -554,9 +552,9 @@ impl EndpointShared {
 				};
 				// A refusal or a Retry is a stateless answer; an accepted connection gets a driver.
 				let answer = match admit {
-					Admit::Accept => match state.proto.accept(incoming, now, &mut response, None) {
+					Admit::Accept(handshake) => match state.proto.accept(incoming, now, &mut response, None) {
 						Ok((handle, conn)) => {
-							state.handshaking.insert(handle, ip);
+							state.handshaking.insert(handle, handshake);
 							drop(state);
 							// Its driver hands it to `accept` once the handshake is complete.
 							adopt(self, handle, conn);
@@ -564,7 +562,6 @@ impl EndpointShared {
 							None
 						}
 						Err(error) => {
-							budget.release(ip);
 							state.stats.refused += 1;
 							error.response
 						}

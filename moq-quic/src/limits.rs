@@ -11,11 +11,12 @@
 //! The budget is shared by every endpoint made from one [`Config`](crate::Config) (a relay's
 //! workers), so the caps hold for the process, not per worker.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use kio::sync::{Budget, Charge, KeyAccount, Keyed};
 
 /// The caps on handshakes in progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,24 +44,32 @@ impl Default for Limits {
 }
 
 /// What to do with a new connection attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Admit {
-	/// Accept it; the budget now counts it.
-	Accept,
+	/// Accept it; the charge counts it until the handshake ends.
+	Accept(Handshake),
 	/// Ask for address validation first.
 	Retry,
 	/// Refuse it.
 	Refuse,
 }
 
+/// A handshake in progress, counted against its address's share and the total until it drops.
+pub(crate) type Handshake = Charge<KeyAccount<IpAddr>>;
+
 /// Handshakes in progress, in total and per source address, shared across endpoints.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HandshakeBudget {
 	limits: Limits,
-	per_ip: Mutex<HashMap<IpAddr, usize>>,
-	total: AtomicU64,
+	in_progress: Arc<Keyed<IpAddr>>,
 	retries: AtomicU64,
 	refused: AtomicU64,
+}
+
+impl Default for HandshakeBudget {
+	fn default() -> Self {
+		Self::new(Limits::default())
+	}
 }
 
 /// A snapshot of a [`HandshakeBudget`], for metrics.
@@ -77,9 +86,12 @@ pub struct HandshakeStats {
 impl HandshakeBudget {
 	/// A budget with `limits`.
 	pub fn new(limits: Limits) -> Self {
+		let total = Budget::new(limits.handshakes as u64);
 		Self {
 			limits,
-			..Self::default()
+			in_progress: Keyed::new(limits.handshakes_per_ip as u64, total),
+			retries: AtomicU64::new(0),
+			refused: AtomicU64::new(0),
 		}
 	}
 
@@ -89,42 +101,30 @@ impl HandshakeBudget {
 	}
 
 	pub(crate) fn admit(&self, ip: IpAddr, validated: bool, may_retry: bool) -> Admit {
-		let mut per_ip = self.per_ip.lock().expect("handshake budget lock");
-		let total = self.total.load(Ordering::Relaxed) as usize;
-		let from_ip = per_ip.get(&ip).copied().unwrap_or(0);
-		if total >= self.limits.handshakes || from_ip >= self.limits.handshakes_per_ip {
-			self.refused.fetch_add(1, Ordering::Relaxed);
-			return Admit::Refuse;
-		}
+		let total = self.in_progress.total().used() as usize;
 		if total >= self.limits.retry_above && !validated {
-			if may_retry {
+			let full =
+				total >= self.limits.handshakes || self.in_progress.held(&ip) >= self.limits.handshakes_per_ip as u64;
+			if may_retry && !full {
 				self.retries.fetch_add(1, Ordering::Relaxed);
 				return Admit::Retry;
 			}
 			self.refused.fetch_add(1, Ordering::Relaxed);
 			return Admit::Refuse;
 		}
-		*per_ip.entry(ip).or_insert(0) += 1;
-		self.total.fetch_add(1, Ordering::Relaxed);
-		Admit::Accept
-	}
-
-	/// A handshake counted by `admit` ended (completed or failed).
-	pub(crate) fn release(&self, ip: IpAddr) {
-		let mut per_ip = self.per_ip.lock().expect("handshake budget lock");
-		if let Some(count) = per_ip.get_mut(&ip) {
-			*count -= 1;
-			if *count == 0 {
-				per_ip.remove(&ip);
+		match self.in_progress.charge(ip, 1) {
+			Some(handshake) => Admit::Accept(handshake),
+			None => {
+				self.refused.fetch_add(1, Ordering::Relaxed);
+				Admit::Refuse
 			}
-			self.total.fetch_sub(1, Ordering::Relaxed);
 		}
 	}
 
 	/// Counters now.
 	pub fn stats(&self) -> HandshakeStats {
 		HandshakeStats {
-			in_progress: self.total.load(Ordering::Relaxed),
+			in_progress: self.in_progress.total().used(),
 			retries: self.retries.load(Ordering::Relaxed),
 			refused: self.refused.load(Ordering::Relaxed),
 		}
@@ -146,29 +146,35 @@ mod tests {
 		let a: IpAddr = "10.0.0.1".parse().unwrap();
 		let b: IpAddr = "10.0.0.2".parse().unwrap();
 		let c: IpAddr = "10.0.0.3".parse().unwrap();
-		assert_eq!(budget.admit(a, false, true), Admit::Accept);
-		assert_eq!(budget.admit(a, false, true), Admit::Accept);
-		assert_eq!(budget.admit(a, true, true), Admit::Refuse, "a's share is spent");
-		assert_eq!(budget.admit(b, false, true), Admit::Accept);
-		assert_eq!(
-			budget.admit(c, false, true),
-			Admit::Retry,
+		let accept = |admit: Admit| match admit {
+			Admit::Accept(handshake) => handshake,
+			other => panic!("{other:?}"),
+		};
+		let a1 = accept(budget.admit(a, false, true));
+		let _a2 = accept(budget.admit(a, false, true));
+		assert!(
+			matches!(budget.admit(a, true, true), Admit::Refuse),
+			"a's share is spent"
+		);
+		let _b1 = accept(budget.admit(b, false, true));
+		assert!(
+			matches!(budget.admit(c, false, true), Admit::Retry),
 			"past the threshold, validate first"
 		);
-		assert_eq!(
-			budget.admit(c, false, false),
-			Admit::Refuse,
+		assert!(
+			matches!(budget.admit(c, false, false), Admit::Refuse),
 			"a retried client that is still unvalidated"
 		);
-		assert_eq!(budget.admit(c, true, true), Admit::Accept);
-		assert_eq!(budget.admit(c, true, true), Admit::Refuse, "the total is spent");
-		budget.release(a);
-		assert_eq!(budget.admit(c, true, true), Admit::Accept);
+		let _c1 = accept(budget.admit(c, true, true));
+		assert!(
+			matches!(budget.admit(c, true, true), Admit::Refuse),
+			"the total is spent"
+		);
+		drop(a1);
+		let _c2 = accept(budget.admit(c, true, true));
 		assert_eq!(budget.stats().in_progress, 4);
-		for ip in [a, b, c, c] {
-			budget.release(ip);
-		}
+		drop((_a2, _b1, _c1, _c2));
 		assert_eq!(budget.stats().in_progress, 0);
-		assert!(budget.per_ip.lock().unwrap().is_empty(), "no address is remembered");
+		assert_eq!(budget.in_progress.keys(), 0, "no address is remembered");
 	}
 }

@@ -28,12 +28,12 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 
 use bytes::BytesMut;
 use kio::Waiter;
-use kio::sync::Queue;
+use kio::sync::{Budget, Charge, Queue};
 use quinn_proto::{ConnectionId, ConnectionIdGenerator, EcnCodepoint, RandomConnectionIdGenerator};
 
 /// The length of the connection ids a routed endpoint issues: quinn-proto's default, the first
@@ -47,21 +47,21 @@ const MIN_PACKET: usize = 1 + CID_LEN + 4 + 16;
 
 /// What a queued datagram costs beyond its payload: its record and the payload's allocation,
 /// rounded up. Charged with the payload, so a flood of tiny datagrams cannot hold ten times the
-/// limit in bookkeeping (found in review: 9-byte datagrams, about 116 k of them in 1 MiB).
+/// limit in bookkeeping (9-byte datagrams: about 116 k of them would fit 1 MiB uncharged).
 const OVERHEAD: usize = size_of::<Forwarded>() + 32;
 
 /// Routes datagrams to the worker whose endpoint holds their connection (see the module docs).
 /// One per server, shared by its workers' endpoints ([`Config::with_router`](crate::Config::with_router)).
 pub struct Router {
 	inboxes: Box<[Inbox]>,
-	queue_bytes: usize,
 	forwarded: AtomicU64,
 	dropped: AtomicU64,
 }
 
 struct Inbox {
-	datagrams: Queue<Forwarded>,
-	bytes: AtomicUsize,
+	/// Each datagram with its charge to `bytes`, given back when it is taken.
+	datagrams: Queue<(Forwarded, Charge)>,
+	bytes: Budget,
 }
 
 /// A datagram handed from the worker that received it to the one that owns its connection.
@@ -74,8 +74,8 @@ pub(crate) struct Forwarded {
 
 impl Forwarded {
 	/// What it holds while queued: its payload and its bookkeeping.
-	fn charge(&self) -> usize {
-		self.payload.len() + OVERHEAD
+	fn cost(&self) -> u64 {
+		(self.payload.len() + OVERHEAD) as u64
 	}
 }
 
@@ -103,10 +103,9 @@ impl Router {
 			inboxes: (0..workers)
 				.map(|_| Inbox {
 					datagrams: Queue::unbounded(),
-					bytes: AtomicUsize::new(0),
+					bytes: Budget::new(queue_bytes as u64),
 				})
 				.collect(),
-			queue_bytes,
 			forwarded: AtomicU64::new(0),
 			dropped: AtomicU64::new(0),
 		})
@@ -122,11 +121,7 @@ impl Router {
 		RouterStats {
 			forwarded: self.forwarded.load(Ordering::Relaxed),
 			dropped: self.dropped.load(Ordering::Relaxed),
-			queued_bytes: self
-				.inboxes
-				.iter()
-				.map(|inbox| inbox.bytes.load(Ordering::Relaxed) as u64)
-				.sum(),
+			queued_bytes: self.inboxes.iter().map(|inbox| inbox.bytes.used()).sum(),
 		}
 	}
 
@@ -145,24 +140,19 @@ impl Router {
 	/// Hands `datagram` to worker `to`, or drops it if that worker's inbox is full.
 	pub(crate) fn forward(&self, to: usize, datagram: Forwarded) {
 		let inbox = &self.inboxes[to];
-		let size = datagram.charge();
-		let held = inbox.bytes.fetch_add(size, Ordering::Relaxed);
-		if held + size > self.queue_bytes || inbox.datagrams.try_push(datagram).is_err() {
-			inbox.bytes.fetch_sub(size, Ordering::Relaxed);
-			self.dropped.fetch_add(1, Ordering::Relaxed);
-			return;
-		}
-		self.forwarded.fetch_add(1, Ordering::Relaxed);
+		let queued = inbox
+			.bytes
+			.charge(datagram.cost())
+			.is_some_and(|charge| inbox.datagrams.try_push((datagram, charge)).is_ok());
+		let counter = if queued { &self.forwarded } else { &self.dropped };
+		counter.fetch_add(1, Ordering::Relaxed);
 	}
 
 	/// The next datagram forwarded to worker `me`.
 	pub(crate) fn poll_take(&self, me: u8, waiter: &Waiter) -> Poll<Forwarded> {
 		let inbox = &self.inboxes[usize::from(me)];
 		match inbox.datagrams.poll_pop(waiter) {
-			Poll::Ready(Some(datagram)) => {
-				inbox.bytes.fetch_sub(datagram.charge(), Ordering::Relaxed);
-				Poll::Ready(datagram)
-			}
+			Poll::Ready(Some((datagram, _charge))) => Poll::Ready(datagram),
 			// The queue is never closed: it lives as long as the router.
 			Poll::Ready(None) | Poll::Pending => Poll::Pending,
 		}

@@ -969,7 +969,7 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_announces",
 		"Broadcasts sessions announce now (limits.announces per session).",
-		load(&counters.announces),
+		counters.announces.used(),
 	)
 	.gauge(
 		"moq_relay_cluster_links",
@@ -989,22 +989,22 @@ fn render_metrics(shared: &Shared) -> String {
 	.gauge(
 		"moq_relay_subscriptions",
 		"Subscriptions open toward the relay (limits.subscriptions per session).",
-		load(&counters.subscriptions),
+		counters.subscriptions.used(),
 	)
 	.gauge(
 		"moq_relay_track_requests",
 		"Tracks asked of publishing sessions now (limits.track_requests per session).",
-		load(&counters.track_requests),
+		counters.track_requests.used(),
 	)
 	.gauge(
 		"moq_relay_groups_in_flight",
 		"Group streams in flight to subscribers (limits.groups_in_flight per subscription).",
-		load(&counters.groups_in_flight),
+		counters.groups_in_flight.used(),
 	)
 	.gauge(
 		"moq_relay_partial_bytes",
 		"Bytes of messages and frames received in part (limits.partial_bytes per session).",
-		load(&counters.partial_bytes),
+		counters.partial_bytes.used(),
 	)
 	.gauge(
 		"moq_relay_stream_queued_bytes",

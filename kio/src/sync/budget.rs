@@ -354,6 +354,15 @@ impl<K: Hash + Eq + Clone> KeyAccount<K> {
 	}
 }
 
+impl<K> fmt::Debug for Keyed<K> {
+	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+		f.debug_struct("Keyed")
+			.field("per_key", &self.per_key)
+			.field("total", &self.total)
+			.finish_non_exhaustive()
+	}
+}
+
 impl<K: Hash + Eq + Clone + fmt::Debug> fmt::Debug for KeyAccount<K> {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		f.debug_struct("KeyAccount").field("key", &self.key).finish()

@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::task::Poll;
 
-use kio::sync::Lock;
+use kio::sync::{Charge, Lock};
 use kio::{Waiter, WaiterList, Wakes};
 
 use super::pool::ENTRY_OVERHEAD;
@@ -44,8 +44,8 @@ pub(crate) struct GroupState {
 	cap: usize,
 	end: Option<Result<(), Error>>,
 	on_frame: WaiterList,
-	pool: Option<Pool>,
-	charged: u64,
+	/// The frames' cost, charged to the cache's pool (none for a group outside any).
+	charge: Option<Charge>,
 	/// Why the cache let the group go, dropping its frames: what a reader that had not read them
 	/// gets.
 	gone: Option<Error>,
@@ -61,16 +61,7 @@ impl GroupState {
 
 	/// Gives this group's bytes back to the pool and stops charging it.
 	pub(crate) fn release_pool(&mut self) {
-		if let Some(pool) = self.pool.take() {
-			pool.release(self.charged);
-			self.charged = 0;
-		}
-	}
-}
-
-impl Drop for GroupState {
-	fn drop(&mut self) {
-		self.release_pool();
+		self.charge = None;
 	}
 }
 
@@ -103,8 +94,7 @@ impl GroupProducer {
 			cap,
 			end: None,
 			on_frame: WaiterList::new(),
-			pool,
-			charged: 0,
+			charge: pool.as_ref().map(Pool::empty),
 			gone: None,
 		});
 		Self {
@@ -164,11 +154,10 @@ impl GroupProducer {
 			if cost > state.cap as u64 {
 				return Written::Done(Err(Error::TooLarge));
 			}
-			if let Some(pool) = &state.pool {
-				if !pool.try_charge(cost) {
-					return Written::PoolFull;
-				}
-				state.charged += cost;
+			if let Some(charge) = &mut state.charge
+				&& !charge.grow(cost)
+			{
+				return Written::PoolFull;
 			}
 			state.bytes += cost as usize;
 			state.frames.push_back(frame.take().expect("written once"));
@@ -177,9 +166,8 @@ impl GroupProducer {
 				let shed = frame_cost(&oldest);
 				state.bytes -= shed as usize;
 				state.dropped += 1;
-				if let Some(pool) = &state.pool {
-					pool.release(shed);
-					state.charged -= shed;
+				if let Some(charge) = &mut state.charge {
+					charge.shrink(shed);
 				}
 			}
 			state.on_frame.take()

@@ -1,16 +1,16 @@
-//! A session's budgets: what the peer may make it hold, charged where the memory is taken and
-//! given back (by dropping the [`Held`] charge) where it is freed.
+//! A session's budgets: what the peer may make it hold, each a [`kio::sync::Budget`] taken through
+//! a [`Charge`] where the memory is taken, and given back when the charge drops where it is freed.
 //!
 //! Each resource has a per-session limit from [`Limits`] and, when the session shares
-//! [`Counters`] with others (a relay), a gauge of the total over every session, which `/metrics`
-//! shows. Everything here runs on the session's worker: the per-session counts are plain cells;
-//! only the shared gauges are atomics.
+//! [`Counters`] with others (a relay), takes from that gauge of the total over every session too,
+//! which `/metrics` shows.
 
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use kio::sync::Charge;
 
 use super::{Counters, Limits};
 
@@ -32,64 +32,59 @@ pub(crate) enum Resource {
 const RESOURCES: usize = 5;
 
 pub(crate) struct Budget {
-	limits: Limits,
+	budgets: [kio::sync::Budget; RESOURCES],
 	counters: Option<Arc<Counters>>,
-	used: [Cell<u64>; RESOURCES],
 }
 
 impl Budget {
 	pub(crate) fn new(limits: Limits, counters: Option<Arc<Counters>>) -> Rc<Self> {
-		Rc::new(Self {
-			limits,
-			counters,
-			used: Default::default(),
-		})
-	}
-
-	fn limit(&self, resource: Resource) -> u64 {
-		let limits = &self.limits;
-		match resource {
+		let limit = |resource| match resource {
 			Resource::Announces => limits.announces as u64,
 			Resource::Subscriptions => limits.subscriptions as u64,
 			Resource::TrackRequests => limits.track_requests as u64,
 			Resource::GroupsInFlight => u64::MAX,
 			Resource::PartialBytes => limits.partial_bytes,
-		}
+		};
+		let budget = |resource| match &counters {
+			Some(counters) => counters.gauge(resource).child(limit(resource)),
+			None => kio::sync::Budget::new(limit(resource)),
+		};
+		let budgets = [
+			Resource::Announces,
+			Resource::Subscriptions,
+			Resource::TrackRequests,
+			Resource::GroupsInFlight,
+			Resource::PartialBytes,
+		]
+		.map(budget);
+		Rc::new(Self { budgets, counters })
 	}
 
-	fn gauge(&self, resource: Resource) -> Option<&AtomicU64> {
-		let counters = self.counters.as_deref()?;
-		Some(match resource {
-			Resource::Announces => &counters.announces,
-			Resource::Subscriptions => &counters.subscriptions,
-			Resource::TrackRequests => &counters.track_requests,
-			Resource::GroupsInFlight => &counters.groups_in_flight,
-			Resource::PartialBytes => &counters.partial_bytes,
-		})
+	fn budget(&self, resource: Resource) -> &kio::sync::Budget {
+		&self.budgets[resource as usize]
 	}
 
-	/// Takes `amount` of `resource` if the session's limit allows; counts a refusal otherwise.
-	pub(crate) fn take(&self, resource: Resource, amount: u64) -> bool {
-		let used = &self.used[resource as usize];
-		let after = used.get().saturating_add(amount);
-		if after > self.limit(resource) {
+	/// `amount` of `resource` if the session's limit allows; a refusal is counted.
+	pub(crate) fn charge(&self, resource: Resource, amount: u64) -> Option<Charge> {
+		let charge = self.budget(resource).charge(amount);
+		if charge.is_none() {
 			self.refused();
-			return false;
 		}
-		used.set(after);
-		if let Some(gauge) = self.gauge(resource) {
-			gauge.fetch_add(amount, Ordering::Relaxed);
-		}
-		true
+		charge
 	}
 
-	/// Gives back `amount` taken before.
-	pub(crate) fn give(&self, resource: Resource, amount: u64) {
-		let used = &self.used[resource as usize];
-		used.set(used.get() - amount);
-		if let Some(gauge) = self.gauge(resource) {
-			gauge.fetch_sub(amount, Ordering::Relaxed);
+	/// A charge of nothing yet, to [resize](Charge::resize) as what it accounts for grows.
+	pub(crate) fn empty(&self, resource: Resource) -> Charge {
+		self.budget(resource).empty()
+	}
+
+	/// Makes `charge` (one of this session's) `amount`; a refusal is counted.
+	pub(crate) fn resize(&self, charge: &mut Charge, amount: u64) -> bool {
+		let resized = charge.resize(amount);
+		if !resized {
+			self.refused();
 		}
+		resized
 	}
 
 	/// Counts a request, stream or group refused or cut for want of budget.
@@ -100,22 +95,32 @@ impl Budget {
 	}
 
 	/// One `resource`, held until the returned charge drops; `None` if the limit is reached.
-	pub(crate) fn hold(self: &Rc<Self>, resource: Resource) -> Option<Held> {
-		self.take(resource, 1).then(|| Held {
-			budget: self.clone(),
-			resource,
-		})
+	pub(crate) fn hold(&self, resource: Resource) -> Option<Charge> {
+		self.charge(resource, 1)
 	}
 
 	/// Whether one more `resource` would pass the session's limit.
 	pub(crate) fn is_full(&self, resource: Resource) -> bool {
-		self.used[resource as usize].get() >= self.limit(resource)
+		!self.budget(resource).has_room(1)
 	}
 
 	/// How much of `resource` this session holds now.
 	#[cfg(test)]
 	pub(crate) fn used(&self, resource: Resource) -> u64 {
-		self.used[resource as usize].get()
+		self.budget(resource).used()
+	}
+}
+
+impl Counters {
+	/// The gauge every session's charges of `resource` also take from.
+	fn gauge(&self, resource: Resource) -> &kio::sync::Budget {
+		match resource {
+			Resource::Announces => &self.announces,
+			Resource::Subscriptions => &self.subscriptions,
+			Resource::TrackRequests => &self.track_requests,
+			Resource::GroupsInFlight => &self.groups_in_flight,
+			Resource::PartialBytes => &self.partial_bytes,
+		}
 	}
 }
 
@@ -221,18 +226,6 @@ impl Paces {
 	}
 }
 
-/// One unit of a resource, given back on drop.
-pub(crate) struct Held {
-	budget: Rc<Budget>,
-	resource: Resource,
-}
-
-impl Drop for Held {
-	fn drop(&mut self) {
-		self.budget.give(self.resource, 1);
-	}
-}
-
 #[cfg(test)]
 mod tests {
 	use super::*;
@@ -246,16 +239,16 @@ mod tests {
 		};
 		let a = Budget::new(limits, Some(counters.clone()));
 		let b = Budget::new(limits, Some(counters.clone()));
-		let held: Vec<Held> = (0..2).filter_map(|_| a.hold(Resource::Subscriptions)).collect();
+		let held: Vec<Charge> = (0..2).filter_map(|_| a.hold(Resource::Subscriptions)).collect();
 		assert_eq!(held.len(), 2);
 		assert!(a.hold(Resource::Subscriptions).is_none(), "a's budget is spent");
 		let other = b.hold(Resource::Subscriptions).expect("b has its own budget");
-		assert_eq!(counters.subscriptions.load(Ordering::Relaxed), 3);
+		assert_eq!(counters.subscriptions.used(), 3);
 		assert_eq!(counters.budget_refusals.load(Ordering::Relaxed), 1);
 		drop(held);
 		drop(other);
 		assert_eq!(a.used(Resource::Subscriptions), 0);
-		assert_eq!(counters.subscriptions.load(Ordering::Relaxed), 0);
+		assert_eq!(counters.subscriptions.used(), 0);
 	}
 
 	#[test]

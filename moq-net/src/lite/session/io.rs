@@ -6,6 +6,7 @@ use std::task::{Poll, ready};
 
 use bytes::{Buf, Bytes};
 use kio::Waiter;
+use kio::sync::Charge;
 
 use super::SessionError;
 use super::budget::{Budget, Resource};
@@ -43,9 +44,9 @@ pub(crate) struct Reader<R> {
 	#[cfg(test)]
 	moved: usize,
 	fin: bool,
-	budget: Option<Rc<Budget>>,
-	/// What `buf` has charged to the budget.
-	charged: u64,
+	/// What `buf` holds, charged to the session's partial-bytes budget (a reader made with
+	/// [`charged`](Self::charged)).
+	charge: Option<(Rc<Budget>, Charge)>,
 }
 
 impl<R: RecvStream> Reader<R> {
@@ -58,15 +59,14 @@ impl<R: RecvStream> Reader<R> {
 			#[cfg(test)]
 			moved: 0,
 			fin: false,
-			budget: None,
-			charged: 0,
+			charge: None,
 		}
 	}
 
 	/// A reader whose reassembly is charged to `budget`.
 	pub(crate) fn charged(recv: R, budget: &Rc<Budget>) -> Self {
 		let mut reader = Self::new(recv);
-		reader.budget = Some(budget.clone());
+		reader.charge = Some((budget.clone(), budget.empty(Resource::PartialBytes)));
 		reader
 	}
 
@@ -84,18 +84,12 @@ impl<R: RecvStream> Reader<R> {
 	/// (Charged by length: the allocation is at most twice that while a reassembly grows, and is
 	/// freed when it completes.)
 	fn account(&mut self) -> Result<(), SessionError> {
-		let Some(budget) = &self.budget else {
-			return Ok(());
-		};
 		let held = self.buf.len() as u64;
-		if held > self.charged {
-			if !budget.take(Resource::PartialBytes, held - self.charged) {
-				return Err(SessionError::Refused(ErrorCode::BoundsExceeded));
-			}
-		} else if held < self.charged {
-			budget.give(Resource::PartialBytes, self.charged - held);
+		if let Some((budget, charge)) = &mut self.charge
+			&& !budget.resize(charge, held)
+		{
+			return Err(SessionError::Refused(ErrorCode::BoundsExceeded));
 		}
-		self.charged = held;
 		Ok(())
 	}
 
@@ -239,16 +233,6 @@ impl<R: RecvStream> Reader<R> {
 
 	pub(crate) fn stop(&mut self, code: u64) {
 		self.recv.stop(code);
-	}
-}
-
-impl<R> Drop for Reader<R> {
-	fn drop(&mut self) {
-		if let Some(budget) = &self.budget
-			&& self.charged > 0
-		{
-			budget.give(Resource::PartialBytes, self.charged);
-		}
 	}
 }
 

@@ -245,8 +245,9 @@ pub struct Config {
 	pub shared_pace: Option<Arc<Pace>>,
 }
 
-/// Groups and payload bytes sessions moved (relaxed atomics: totals for metrics, not a protocol).
-#[derive(Debug, Default)]
+/// What sessions moved (relaxed atomics: totals for metrics, not a protocol), and gauges of what
+/// they hold: unlimited budgets every session's own budgets take from.
+#[derive(Debug)]
 pub struct Counters {
 	/// Group streams received and ingested.
 	pub groups_in: AtomicU64,
@@ -257,19 +258,38 @@ pub struct Counters {
 	/// Frame payload bytes sent.
 	pub bytes_out: AtomicU64,
 	/// Broadcasts peers announce to us now (gauge).
-	pub announces: AtomicU64,
+	pub announces: kio::sync::Budget,
 	/// SUBSCRIBEs peers have open toward us (gauge).
-	pub subscriptions: AtomicU64,
+	pub subscriptions: kio::sync::Budget,
 	/// Tracks asked of peers' broadcasts now (gauge).
-	pub track_requests: AtomicU64,
+	pub track_requests: kio::sync::Budget,
 	/// Group streams in flight toward peers (gauge).
-	pub groups_in_flight: AtomicU64,
+	pub groups_in_flight: kio::sync::Budget,
 	/// Bytes of partly received messages and frames buffered (gauge).
-	pub partial_bytes: AtomicU64,
+	pub partial_bytes: kio::sync::Budget,
 	/// Requests, streams and groups refused or cut because a budget was spent.
 	pub budget_refusals: AtomicU64,
 	/// Requests that waited for their session's request rate ([`Limits::request_rate`]).
 	pub requests_paced: AtomicU64,
+}
+
+impl Default for Counters {
+	fn default() -> Self {
+		let gauge = kio::sync::Budget::unlimited;
+		Self {
+			groups_in: AtomicU64::new(0),
+			bytes_in: AtomicU64::new(0),
+			groups_out: AtomicU64::new(0),
+			bytes_out: AtomicU64::new(0),
+			announces: gauge(),
+			subscriptions: gauge(),
+			track_requests: gauge(),
+			groups_in_flight: gauge(),
+			partial_bytes: gauge(),
+			budget_refusals: AtomicU64::new(0),
+			requests_paced: AtomicU64::new(0),
+		}
+	}
 }
 
 /// What the peer said in its SETUP.

@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::budget::{Held, Resource};
+use kio::sync::Charge;
+
+use super::budget::Resource;
 use super::io::{self, Reader, Sending};
 use super::publisher::Owned;
 use super::{Inner, MAX_FRAME, SessionError};
@@ -37,7 +39,7 @@ struct Mirrored {
 	broadcast: BroadcastProducer,
 	_publication: Publication,
 	_tracks: Owned,
-	_charge: Held,
+	_charge: Charge,
 }
 
 impl Mirrored {
@@ -247,7 +249,7 @@ struct Request {
 	broadcast: BroadcastProducer,
 	serving: u64,
 	task: kio::JoinHandle<()>,
-	charge: Rc<Cell<Option<Held>>>,
+	charge: Rc<Cell<Option<Charge>>>,
 }
 
 impl Request {
@@ -386,7 +388,7 @@ async fn forward<T: Transport + 'static>(
 	path: Path,
 	broadcast: BroadcastProducer,
 	track: TrackProducer,
-	charge: Rc<Cell<Option<Held>>>,
+	charge: Rc<Cell<Option<Charge>>>,
 ) {
 	if let Err(err) = fetch_track(&inner, &path, &track).await {
 		if err.is_fatal() {
