@@ -32,12 +32,12 @@ use anyhow::{Context as _, bail};
 use bytes::{BufMut as _, BytesMut};
 use kio::sync::{Consumer, Producer, Queue};
 use kio::{Either, race};
+use moq_client::{Client, Url};
 use moq_net::lite::session;
 use moq_net::model::{
 	Frame, GroupConsumer, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
 };
 use moq_quic::Verification;
-use moq_relay::client::{self, Url};
 
 /// The track every load broadcast carries.
 pub const TRACK: &str = "load";
@@ -824,29 +824,27 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			_ => shared.target.addr,
 		};
 		let connected = async {
-			let endpoint = client::endpoint(addr)?;
 			// A viewer mirrors every announcement under the URL's path: with the default limit
 			// (1,024) the many-broadcasts shape would hide most broadcasts from it.
 			let limits = session::Limits {
 				announces: shared.announced.max(session::Limits::default().announces),
 				..session::Limits::default()
 			};
-			let client = client::dial_limited(
-				&endpoint,
-				addr,
-				&shared.target.url,
-				&shared.target.verification,
-				id,
-				(!spec.publish.is_empty()).then(|| local.consumer()),
-				(!spec.watch.is_empty()).then(|| viewer.producer()),
-				limits,
-			)
-			.await?;
-			anyhow::Ok((endpoint, client))
+			let mut client = Client::new()
+				.origin(id)
+				.limits(limits)
+				.verify(shared.target.verification.clone());
+			if !spec.publish.is_empty() {
+				client = client.publish(local.consumer());
+			}
+			if !spec.watch.is_empty() {
+				client = client.subscribe(viewer.producer());
+			}
+			client.connect_to(&shared.target.url, addr).await
 		}
 		.await;
 		let _ = shared.handshakes.try_push(());
-		let (_endpoint, client) = match connected {
+		let client = match connected {
 			Ok(connected) => connected,
 			Err(err) => {
 				if shared.live.failures.fetch_add(1, Relaxed) == 0 {

@@ -1,74 +1,34 @@
 //! The load generator's accounting against a live relay (in-process, over loopback QUIC): known
 //! drops and delays injected by its publishers come out of the report exactly.
 
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use bench::load::{self, Injection, Live, Plan, Shape, Target};
+use moq_client::Url;
 use moq_quic::Verification;
-use moq_relay::auth::{Anonymous, AuthConfig};
-use moq_relay::client::Url;
-use moq_relay::config::{Config, Tls};
-use moq_relay::limits::Limits;
-use moq_relay::server::{self, Reload, Shutdown};
+use moq_relay::config::Config;
+use moq_relay::server;
 
 /// A relay on 127.0.0.1 with one worker, anonymous access; shut down on drop.
-struct Relay {
-	port: u16,
-	shutdown: Shutdown,
-	thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
-}
+struct Relay(server::Running);
 
 impl Relay {
 	fn start() -> Self {
 		let config = Config {
-			file: None,
-			listen: "127.0.0.1:0".parse().unwrap(),
 			http: None,
-			workers: 1,
-			tls: Tls::Generate {
-				names: vec!["localhost".into()],
-			},
-			auth: AuthConfig {
-				key_file: None,
-				anonymous: Anonymous::everything(),
-			},
-			log_level: "warn".into(),
-			shutdown_timeout: Duration::from_secs(2),
-			cache_size: 64 << 20,
-			max_connections: None,
-			limits: Limits::default(),
-			cluster: Default::default(),
+			..Config::loopback()
 		};
-		let (shutdown, watch) = Shutdown::new();
-		let (_, reload) = Reload::new();
-		let (tx, rx) = mpsc::channel();
-		let thread =
-			std::thread::spawn(move || server::run(&config, watch, reload, move |bound| tx.send(bound).unwrap()));
-		let bound = rx.recv().expect("the relay started");
-		Self {
-			port: bound.quic.port(),
-			shutdown,
-			thread: Some(thread),
-		}
+		Self(server::spawn(config).expect("the relay started"))
 	}
 
 	fn target(&self) -> Target {
+		let port = self.0.bound.quic.port();
 		Target {
-			addr: format!("127.0.0.1:{}", self.port).parse().unwrap(),
+			addr: format!("127.0.0.1:{port}").parse().unwrap(),
 			publish_addr: None,
-			url: Url::parse(&format!("moqt://localhost:{}/load", self.port)).unwrap(),
+			url: Url::parse(&format!("moqt://localhost:{port}/load")).unwrap(),
 			verification: Verification::Disabled,
-		}
-	}
-}
-
-impl Drop for Relay {
-	fn drop(&mut self) {
-		self.shutdown.trigger();
-		if let Some(thread) = self.thread.take() {
-			let _ = thread.join();
 		}
 	}
 }

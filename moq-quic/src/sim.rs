@@ -168,6 +168,15 @@ impl Network {
 		self.0.net.cuts.borrow_mut().clear();
 	}
 
+	/// The lowest port of `ip`, from `from` on, that no endpoint is bound to (what a client binding
+	/// port 0 on a real network gets from the kernel).
+	pub fn free_port(&self, ip: IpAddr, from: u16) -> u16 {
+		let ports = self.0.net.ports.borrow();
+		(from..=u16::MAX)
+			.find(|port| !ports.contains_key(&SocketAddr::new(ip, *port)))
+			.expect("a simulated host with every port bound")
+	}
+
 	pub(crate) fn bind(&self, addr: SocketAddr) -> Port {
 		let state = Rc::new(RefCell::new(PortState::default()));
 		self.0.net.ports.borrow_mut().insert(addr, state.clone());

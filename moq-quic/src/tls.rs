@@ -183,6 +183,11 @@ impl ServerCertificate {
 		self.served().certificate.fingerprint
 	}
 
+	/// [`Self::fingerprint`] as lowercase hex.
+	pub fn fingerprint_hex(&self) -> String {
+		hex(&self.fingerprint())
+	}
+
 	/// When the certificate in service expires ([`Certificate::not_after`]).
 	pub fn not_after(&self) -> Option<SystemTime> {
 		self.served().certificate.not_after
@@ -330,22 +335,9 @@ pub fn fingerprint(der: &CertificateDer<'_>) -> [u8; 32] {
 
 /// One PEM block (RFC 7468): `der` in base64, 64 characters a line, between `label`'s lines.
 fn pem(label: &str, der: &[u8]) -> String {
-	const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	let mut base64 = Vec::with_capacity(der.len().div_ceil(3) * 4);
-	for chunk in der.chunks(3) {
-		let bits = chunk
-			.iter()
-			.enumerate()
-			.fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-		for i in 0..4 {
-			base64.push(match i <= chunk.len() {
-				true => ALPHABET[(bits >> (18 - 6 * i) & 63) as usize],
-				false => b'=',
-			});
-		}
-	}
+	let base64 = data_encoding::BASE64.encode(der);
 	let mut out = format!("-----BEGIN {label}-----\n");
-	for line in base64.chunks(64) {
+	for line in base64.as_bytes().chunks(64) {
 		out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
 		out.push('\n');
 	}
@@ -355,27 +347,14 @@ fn pem(label: &str, der: &[u8]) -> String {
 
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
-	const DIGITS: &[u8; 16] = b"0123456789abcdef";
-	let mut out = String::with_capacity(bytes.len() * 2);
-	for byte in bytes {
-		out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-		out.push(char::from(DIGITS[usize::from(byte & 15)]));
-	}
-	out
+	data_encoding::HEXLOWER.encode(bytes)
 }
 
-/// Parses a SHA-256 fingerprint written as 64 hex digits (colons allowed between bytes).
+/// Parses a SHA-256 fingerprint written as 64 hex digits, either case (colons allowed between
+/// bytes).
 pub fn parse_fingerprint(text: &str) -> Option<[u8; 32]> {
 	let digits: Vec<u8> = text.bytes().filter(|b| *b != b':').collect();
-	if digits.len() != 64 {
-		return None;
-	}
-	let mut out = [0; 32];
-	for (i, pair) in digits.chunks(2).enumerate() {
-		let nibble = |c: u8| (c as char).to_digit(16);
-		out[i] = (nibble(pair[0])? * 16 + nibble(pair[1])?) as u8;
-	}
-	Some(out)
+	data_encoding::HEXLOWER_PERMISSIVE.decode(&digits).ok()?.try_into().ok()
 }
 
 /// How a client checks the server's certificate.

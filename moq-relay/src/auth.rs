@@ -700,47 +700,15 @@ fn numeric_date(seconds: f64) -> Result<SystemTime, AuthError> {
 		.ok_or(AuthError::Unauthorized(Reason::Malformed))
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/// Base64url without padding (RFC 4648 section 5), as JWS uses it.
+/// base64url without padding (RFC 7515 §2).
 pub fn base64url_encode(data: &[u8]) -> String {
-	let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-	for chunk in data.chunks(3) {
-		let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-		let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-		// A chunk of k bytes carries k * 8 bits: k + 1 characters of 6.
-		for i in 0..=chunk.len() {
-			out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-		}
-	}
-	out
+	data_encoding::BASE64URL_NOPAD.encode(data)
 }
 
 /// Decodes base64url without padding. Strict: padding, other characters, and unused low bits
-/// that are not zero are refused, so each byte string has exactly one encoding.
+/// that are not zero are refused, so one token has one spelling.
 pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
-	let mut out = Vec::with_capacity(text.len() * 3 / 4);
-	let mut acc = 0u32;
-	let mut bits = 0u32;
-	for c in text.bytes() {
-		let v = match c {
-			b'A'..=b'Z' => c - b'A',
-			b'a'..=b'z' => c - b'a' + 26,
-			b'0'..=b'9' => c - b'0' + 52,
-			b'-' => 62,
-			b'_' => 63,
-			_ => return None,
-		};
-		acc = acc << 6 | u32::from(v);
-		bits += 6;
-		if bits >= 8 {
-			bits -= 8;
-			out.push((acc >> bits) as u8);
-			acc &= (1 << bits) - 1;
-		}
-	}
-	// Six bits left over is a length of 4n + 1, which no byte string encodes to.
-	(bits < 6 && acc == 0).then_some(out)
+	data_encoding::BASE64URL_NOPAD.decode(text.as_bytes()).ok()
 }
 
 /// `header.claims.signature` with `sign` computing the signature over `header.claims`.

@@ -307,6 +307,34 @@ pub struct Config {
 	pub cluster: Cluster,
 }
 
+impl Config {
+	/// A relay on `127.0.0.1`, QUIC and HTTP each on a port the kernel picks, one worker, a
+	/// certificate generated for `localhost`, anonymous access everywhere, the default limits and
+	/// a 64 MiB cache: what a test or an embedding program starts from, changing what it needs.
+	pub fn loopback() -> Self {
+		let any = SocketAddr::from(([127, 0, 0, 1], 0));
+		Self {
+			file: None,
+			listen: any,
+			http: Some(any),
+			workers: 1,
+			tls: Tls::Generate {
+				names: vec!["localhost".into()],
+			},
+			auth: AuthConfig {
+				key_file: None,
+				anonymous: Anonymous::everything(),
+			},
+			log_level: "warn".into(),
+			shutdown_timeout: Duration::from_secs(2),
+			cache_size: 64 << 20,
+			max_connections: None,
+			limits: Limits::default(),
+			cluster: Cluster::default(),
+		}
+	}
+}
+
 /// How a cluster peer's certificate is checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerTls {
@@ -563,10 +591,14 @@ impl Options {
 impl ClusterOptions {
 	fn resolve(self) -> anyhow::Result<Cluster> {
 		// Every URL in one spelling, so that two spellings of one relay compare equal.
+		// Peers are checked by the cluster's own pins or roots: `http://` (a fingerprint fetched
+		// over plain HTTP) is for a local relay, not a peer.
 		let canonical = |url: &str, what: &str| {
-			crate::client::Url::parse(url)
-				.map(|url| url.canonical())
-				.with_context(|| format!("{what} {url}"))
+			let parsed = moq_client::Url::parse(url).with_context(|| format!("{what} {url}"))?;
+			if parsed.scheme == moq_client::Scheme::Http {
+				anyhow::bail!("{what} {url}: not a moqt:// or https:// URL");
+			}
+			Ok(parsed.canonical())
 		};
 		let mut connect = (self.connect.unwrap_or_default().iter())
 			.map(|url| canonical(url, "cluster peer"))

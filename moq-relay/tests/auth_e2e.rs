@@ -64,7 +64,13 @@ async fn refusal(relay: &Relay, path: &str) -> u64 {
 	let endpoint = endpoint(relay);
 	let origin = Origin::new(7);
 	match viewer(relay, &endpoint, path, &origin).await {
-		Ok(client) => match within(Duration::from_secs(5), "the relay's close", client.connection.closed()).await {
+		Ok(client) => match within(
+			Duration::from_secs(5),
+			"the relay's close",
+			client.connection().closed(),
+		)
+		.await
+		{
 			ConnectionError::ApplicationClosed(close) => close.error_code.into_inner(),
 			other => panic!("the connection ended without an application close: {other}"),
 		},
@@ -180,11 +186,11 @@ fn an_announcement_outside_the_put_prefixes_is_ignored() {
 		// And the relay has nothing there: a viewer allowed everywhere finds nothing (13), which
 		// is not a refusal.
 		assert_eq!(
-			track_info(&viewer.connection, "adam/cam").await,
+			track_info(viewer.connection(), "adam/cam").await,
 			Err(ErrorCode::NotFound.code())
 		);
 		assert_eq!(
-			track_info(&viewer.connection, "alice/cam2").await.unwrap().timescale,
+			track_info(viewer.connection(), "alice/cam2").await.unwrap().timescale,
 			1000
 		);
 	});
@@ -221,17 +227,17 @@ fn a_request_outside_the_get_prefixes_is_refused_with_unauthorized() {
 				.is_none()
 		);
 		// The viewer's session never asks for what it was not told of, so ask on raw streams.
-		assert_eq!(track_info(&viewer.connection, "alice/cam").await, Err(UNAUTHORIZED));
-		assert_eq!(subscribe(&viewer.connection, "alice/cam").await, Err(UNAUTHORIZED));
+		assert_eq!(track_info(viewer.connection(), "alice/cam").await, Err(UNAUTHORIZED));
+		assert_eq!(subscribe(viewer.connection(), "alice/cam").await, Err(UNAUTHORIZED));
 		// Outside the prefixes even a path with nothing there is refused, not "not found".
-		assert_eq!(track_info(&viewer.connection, "nobody/cam").await, Err(UNAUTHORIZED));
+		assert_eq!(track_info(viewer.connection(), "nobody/cam").await, Err(UNAUTHORIZED));
 		// Within them, the same requests are served.
 		assert_eq!(
-			track_info(&viewer.connection, "public/cam").await.unwrap().timescale,
+			track_info(viewer.connection(), "public/cam").await.unwrap().timescale,
 			1000
 		);
 		assert_eq!(
-			track_info(&viewer.connection, "public/none").await,
+			track_info(viewer.connection(), "public/none").await,
 			Err(ErrorCode::NotFound.code())
 		);
 		// The refusals reset single requests; the session goes on.
@@ -277,7 +283,7 @@ fn an_unsigned_token_is_refused() {
 		let origin = Origin::new(3);
 		let client = viewer(&relay, &endpoint, &live(&signed), &origin).await.unwrap();
 		assert_eq!(
-			track_info(&client.connection, "x").await,
+			track_info(client.connection(), "x").await,
 			Err(ErrorCode::NotFound.code())
 		);
 	});
@@ -333,7 +339,7 @@ fn a_token_expiring_during_a_session_closes_it_with_unauthorized() {
 		let closed = within(
 			Duration::from_secs(5),
 			"the close at expiry",
-			short_lived.connection.closed(),
+			short_lived.connection().closed(),
 		)
 		.await;
 		let at = now();

@@ -8,10 +8,10 @@ mod common;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
+use moq_client::Session;
 use moq_net::Path;
 use moq_net::model::{Origin, Route};
 use moq_relay::auth::{self, Anonymous, AuthConfig};
-use moq_relay::client::Client;
 use moq_relay::config::{Cluster, PeerTls};
 use serde_json::json;
 
@@ -79,7 +79,7 @@ async fn gone(origin: &Origin, path: &str) {
 }
 
 /// A client on `relay` publishing `origin`'s broadcasts, with its endpoint.
-async fn publishing(relay: &Relay, origin: &Origin) -> (Client, moq_quic::Endpoint) {
+async fn publishing(relay: &Relay, origin: &Origin) -> (Session, moq_quic::Endpoint) {
 	let endpoint = endpoint(relay);
 	let client = within(LIMIT, "a publisher's session", publisher(relay, &endpoint, "/", origin))
 		.await
@@ -88,7 +88,7 @@ async fn publishing(relay: &Relay, origin: &Origin) -> (Client, moq_quic::Endpoi
 }
 
 /// A client on `relay` mirroring its announcements into a new origin `id`, with its endpoint.
-async fn watching(relay: &Relay, id: u64) -> (Origin, Client, moq_quic::Endpoint) {
+async fn watching(relay: &Relay, id: u64) -> (Origin, Session, moq_quic::Endpoint) {
 	let origin = Origin::new(id);
 	let endpoint = endpoint(relay);
 	let client = within(LIMIT, "a viewer's session", viewer(relay, &endpoint, "/", &origin))
@@ -204,7 +204,7 @@ fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_fi
 			within(LIMIT, "the announcement", announced(origin, "clean")).await;
 		}
 		let closed = Instant::now();
-		publisher_client.session.close(0);
+		publisher_client.close(0);
 		for (origin, ..) in &watchers {
 			within(LIMIT, "the end", gone(origin, "clean")).await;
 		}
@@ -218,7 +218,7 @@ fn the_publisher_leaving_ends_the_broadcast_everywhere_and_a_lost_one_lingers_fi
 			within(LIMIT, "the announcement", announced(origin, "lost")).await;
 		}
 		let lost = Instant::now();
-		publisher_client.connection.close(4, "gone");
+		publisher_client.connection().close(4, "gone");
 		for (origin, ..) in &watchers {
 			within(LIMIT, "the end", gone(origin, "lost")).await;
 		}
@@ -242,7 +242,7 @@ fn a_publisher_that_reconnects_within_the_linger_takes_its_path_over() {
 		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "cam");
 		let (first, _first_endpoint) = publishing(&a, &publisher_origin).await;
 		within(LIMIT, "the announcement", announced(&viewer_origin, "cam")).await;
-		first.connection.close(4, "lost");
+		first.connection().close(4, "lost");
 		drop(first);
 
 		// The same publisher, again, on a new connection, long before the 30 s linger is over.
@@ -287,7 +287,7 @@ fn a_publisher_lost_on_a_that_comes_back_on_c_is_served_from_c_at_once() {
 		assert_eq!(route.hops, vec![7, 10, 20]);
 		// Lost abruptly on A, which keeps it announced for the linger...
 		let mut cursor = viewer_origin.consumer().announced(&Path::default());
-		first.connection.close(4, "lost");
+		first.connection().close(4, "lost");
 		drop(first);
 		// ...and back on C: A's lingering route gives way to C's live one, A stops announcing a
 		// path it now serves from a peer, and B switches to C's route without waiting.
@@ -350,7 +350,7 @@ fn when_relay_b_goes_its_viewers_reconnect_to_c_and_continue() {
 		// B leaves the cluster: its viewer's session ends, A and C drop their links to it, and
 		// its routes go at once (a relay that leaves says so; nothing lingers).
 		b.stop().unwrap();
-		within(LIMIT, "the viewer's session to end", on_b.session.closed()).await;
+		within(LIMIT, "the viewer's session to end", on_b.closed()).await;
 		within(LIMIT, "B's broadcast to go from C", gone(&watcher_origin, "on-b")).await;
 		a.metric_until(LIMIT, "moq_relay_cluster_sessions", |n| n == 1).await;
 		a.metric_until(LIMIT, "moq_relay_subscriptions", |n| n == 0).await;

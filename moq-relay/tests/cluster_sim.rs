@@ -4,8 +4,9 @@
 //! across the cut and the linger to pass) and healed. After the heal, every viewer must have every
 //! group the publisher wrote since, and no relay may hold a route twice or through a third relay.
 //!
-//! The simulated relays are `bench::cluster::SimCluster`: what the relay binary runs for a
-//! cluster, minus its sockets (shared with the control-plane benchmark).
+//! The simulated relays are `moq_relay::cluster::sim::SimCluster`: the relay's own accept loop,
+//! sessions and cluster links, with simulated endpoints in place of its sockets (shared with the
+//! control-plane benchmark).
 
 mod common;
 
@@ -15,14 +16,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
-use bench::cluster::{SimCluster, relay_addr, relay_id, relay_ip};
+use moq_client::Url;
 use moq_net::model::{Origin, Route};
 use moq_net::{Path, Subscription};
 use moq_quic::Endpoint;
 use moq_quic::sim::{Network, SimConfig};
-use moq_relay::client::{self, Url};
+use moq_relay::cluster::sim::{SimCluster, relay_addr, relay_id, relay_ip};
 
-use common::{local_broadcast, publish, within};
+use common::{connect_client, local_broadcast, publish, within};
 
 const RELAYS: usize = 4;
 const LINGER: Duration = Duration::from_secs(5);
@@ -86,7 +87,7 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 		});
 		// Four relays, each linked with each.
 		let cluster = SimCluster::start(&network, RELAYS, LINGER);
-		let (origins, verification) = (&cluster.origins, &cluster.verification);
+		let (origins, verification) = (&cluster.origins(), &cluster.verification);
 		let mut tasks = Vec::new();
 
 		// A publisher on relay 0; a viewer on each relay.
@@ -98,7 +99,7 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 		let _publisher = within(
 			Duration::from_secs(30),
 			"the publisher's session",
-			client::connect(
+			connect_client(
 				&publisher_endpoint,
 				relay_addr(0),
 				&url,
@@ -118,7 +119,7 @@ fn four_relays_with_loss_and_a_healed_partition_deliver_every_group_written_afte
 			let client = within(
 				Duration::from_secs(30),
 				"a viewer's session",
-				client::connect(
+				connect_client(
 					&endpoint,
 					relay_addr(i),
 					&url,

@@ -17,7 +17,7 @@ use moq_quic::Endpoint;
 
 /// Sessions open on each relay worker, read from `/metrics`.
 async fn worker_sessions(relay: &Relay) -> Vec<u64> {
-	let body = moq_relay::http::get(relay.bound.http.unwrap(), "/metrics")
+	let body = moq_client::http::get(relay.bound.http.unwrap(), "/metrics")
 		.await
 		.unwrap()
 		.body;
@@ -160,7 +160,7 @@ fn a_viewer_whose_address_changes_keeps_watching_whichever_worker_it_reaches() {
 		let mut nat = moq_quic::nat::Nat::new(relay.bound.quic);
 		let viewer_endpoint = endpoint(&relay);
 		let viewer_origin = Origin::new(2);
-		let _viewer = moq_relay::client::connect(
+		let _viewer = connect_client(
 			&viewer_endpoint,
 			nat.addr(),
 			&relay.url("/"),

@@ -7,10 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use moq_client::http::{self, ClientResponse};
 use moq_net::model::Origin;
 use moq_quic::{ConnectionError, Verification};
-use moq_relay::client;
-use moq_relay::http::{self, ClientResponse};
 
 async fn get(relay: &Relay, path: &str) -> ClientResponse {
 	let addr = relay.bound.http.expect("the test relay serves HTTP");
@@ -63,7 +62,7 @@ fn the_fingerprint_served_is_the_one_a_client_pins() {
 			async move {
 				let verification = Verification::Fingerprints(vec![pinned]);
 				let origin = Origin::new(9);
-				client::connect(
+				connect_client(
 					endpoint,
 					addr,
 					&url,
@@ -77,7 +76,7 @@ fn the_fingerprint_served_is_the_one_a_client_pins() {
 		};
 		let pinned = within(Duration::from_secs(5), "the pinned connect", connect(fingerprint)).await;
 		let client = pinned.expect("pinning the served fingerprint connects");
-		client.connection.close(0, "done");
+		client.connection().close(0, "done");
 		let mut wrong = fingerprint;
 		wrong[31] ^= 1;
 		let refused = within(Duration::from_secs(5), "the mis-pinned connect", connect(wrong)).await;

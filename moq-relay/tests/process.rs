@@ -8,17 +8,19 @@
 
 mod common;
 
-use common::{KeyFile, RELAY, Running, lines, metric_at, metric_until_at, runtime, spawn_relay, within};
+use common::{
+	KeyFile, RELAY, Running, client_endpoint, connect_client, lines, metric_at, metric_until_at, runtime, spawn_relay,
+	within,
+};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use moq_client::{Session, Url, http};
 use moq_net::lite::ErrorCode;
 use moq_net::model::Origin;
 use moq_quic::{Certificate, ConnectionError, Verification};
-use moq_relay::client::{self, Url};
-use moq_relay::http;
 
 /// How long a process gets to start or to exit.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -70,10 +72,10 @@ fn stops_cleanly_on(signal: &str) {
 
 		let pinned = moq_quic::tls::parse_fingerprint(&relay.fingerprint).expect("the printed fingerprint parses");
 		let verification = Verification::Fingerprints(vec![pinned]);
-		let endpoint = client::endpoint(relay.quic).unwrap();
+		let endpoint = client_endpoint(relay.quic);
 		let url = Url::parse(&format!("moqt://localhost:{}/demo", relay.quic.port())).unwrap();
 		let origin = Origin::new(5);
-		let connect = client::connect(
+		let connect = connect_client(
 			&endpoint,
 			relay.quic,
 			&url,
@@ -87,7 +89,13 @@ fn stops_cleanly_on(signal: &str) {
 			.expect("a pinned client connects anonymously");
 
 		relay.signal(signal);
-		match within(Duration::from_secs(5), "the shutdown close", client.connection.closed()).await {
+		match within(
+			Duration::from_secs(5),
+			"the shutdown close",
+			client.connection().closed(),
+		)
+		.await
+		{
 			ConnectionError::ApplicationClosed(close) => {
 				assert_eq!(close.error_code.into_inner(), ErrorCode::Closed.code());
 			}
@@ -369,10 +377,10 @@ async fn pinned_client(
 	certificate: &Certificate,
 	publish: Option<&Origin>,
 	subscribe: Option<&Origin>,
-) -> anyhow::Result<client::Client> {
+) -> anyhow::Result<Session> {
 	let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
 	let pinned = Verification::Fingerprints(vec![certificate.fingerprint()]);
-	let connect = client::connect(
+	let connect = connect_client(
 		endpoint,
 		relay.quic,
 		&url,
@@ -393,7 +401,7 @@ fn renewed_certificate_files_go_in_service_on_sighup_and_sessions_up_keep_going(
 	let relay = dir.relay("0");
 	assert_eq!(relay.fingerprint, first.fingerprint_hex());
 	runtime().block_on(async {
-		let endpoint = client::endpoint(relay.quic).unwrap();
+		let endpoint = client_endpoint(relay.quic);
 		// A publisher that connected under the first certificate.
 		let publisher_origin = Origin::new(1);
 		let (_broadcast, track, _publication) = common::local_broadcast(&publisher_origin, "bbb");
@@ -459,7 +467,7 @@ fn renewed_certificate_files_are_found_without_a_signal() {
 	let relay = dir.relay("50ms");
 	runtime().block_on(async {
 		assert_eq!(served_fingerprint(relay.http).await, first.fingerprint_hex());
-		let endpoint = client::endpoint(relay.quic).unwrap();
+		let endpoint = client_endpoint(relay.quic);
 		dir.write(&second);
 		metric_until_at(LIMIT, relay.http, "moq_relay_certificate_reloads_total", |n| n == 1).await;
 		assert_eq!(served_fingerprint(relay.http).await, second.fingerprint_hex());

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use moq_client::{Session, Url};
 use moq_net::model::Origin;
 use moq_quic::h3::{self, ConnectRequest, ConnectResponse, Settings, code, frame_type, stream_type};
 use moq_quic::webtransport::{self, WebTransport};
 use moq_quic::{Connection, Endpoint, StreamError};
 use moq_relay::auth::{self, Anonymous, AuthConfig};
-use moq_relay::client::{self, Url, WebTransportClient};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -23,7 +23,7 @@ fn https(relay: &Relay, path: &str) -> Url {
 	Url::parse(&format!("https://localhost:{}{path}", relay.bound.quic.port())).unwrap()
 }
 
-async fn wt(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin, publish: bool) -> WebTransportClient {
+async fn wt(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin, publish: bool) -> Session {
 	let (publish, subscribe) = if publish {
 		(Some(origin.consumer()), None)
 	} else {
@@ -32,7 +32,7 @@ async fn wt(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin, pub
 	within(
 		LIMIT,
 		"a WebTransport session",
-		client::connect_webtransport(
+		connect_client(
 			endpoint,
 			relay.bound.quic,
 			&https(relay, path),
@@ -55,7 +55,7 @@ fn webtransport_and_raw_quic_clients_see_each_other() {
 		let alice = Origin::new(1);
 		let (_broadcast, track, _publication) = local_broadcast(&alice, "alice");
 		let wt_publisher = wt(&relay, &endpoint, "/room", &alice, true).await;
-		assert_eq!(wt_publisher.protocol.as_deref(), Some("moq-lite-05"));
+		assert_eq!(wt_publisher.protocol(), Some("moq-lite-05"));
 		let quic_viewer_origin = Origin::new(2);
 		let _quic_viewer = viewer(&relay, &endpoint, "/room", &quic_viewer_origin).await.unwrap();
 		let mut cursor = within(LIMIT, "alice over raw QUIC", announced(&quic_viewer_origin, "alice"))
@@ -87,8 +87,8 @@ fn webtransport_and_raw_quic_clients_see_each_other() {
 		assert_eq!(got, (0..5).map(|s| (s, s)).collect::<Vec<_>>());
 
 		// Closing a WebTransport session reaches the relay with its code.
-		wt_viewer.session.close(0);
-		let code = within(LIMIT, "the close", wt_viewer.transport.connection().closed()).await;
+		wt_viewer.close(0);
+		let code = within(LIMIT, "the close", wt_viewer.connection().closed()).await;
 		assert!(
 			matches!(
 				code,
@@ -140,7 +140,7 @@ fn a_token_in_the_connect_query_is_honoured_like_one_in_setup() {
 		// No token: the CONNECT is refused with 403.
 		let origin = Origin::new(1);
 		let (url, verification) = (https(&relay, "/live"), relay.verification());
-		let refused = client::connect_webtransport(
+		let refused = connect_client(
 			&endpoint,
 			relay.bound.quic,
 			&url,
@@ -369,7 +369,7 @@ fn an_expired_token_closes_a_webtransport_session_with_unauthorized() {
 		let endpoint = endpoint(&relay);
 		let origin = Origin::new(1);
 		let viewer = wt(&relay, &endpoint, &format!("/live?jwt={token}"), &origin, false).await;
-		let code = within(LIMIT, "the expiry", viewer.session.closed()).await;
+		let code = within(LIMIT, "the expiry", viewer.closed()).await;
 		assert_eq!(code, 6, "Unauthorized");
 	});
 }

@@ -2,7 +2,8 @@
 //!
 //! For each W, in a child process of its own (so resident memory starts from the same place): W
 //! relays on moq-quic's simulated network (10 ms one way, no loss, a paused clock:
-//! `bench::cluster::SimCluster`), linked each with each. Once the links are up, N broadcasts are
+//! `moq_relay::cluster::sim::SimCluster`, the relay's own link and session code), linked each
+//! with each. Once the links are up, N broadcasts are
 //! published, broadcast k on relay k mod W, all at once; the run ends when every relay's origin
 //! announces all N. Measured:
 //!
@@ -21,13 +22,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use bench::cluster::SimCluster;
 use bench::report::Table;
 use bench::timed::cpu_time;
 use clap::Parser;
 use moq_net::Path;
 use moq_net::model::{Origin, Route};
 use moq_quic::sim::{Network, SimConfig};
+use moq_relay::cluster::sim::SimCluster;
 
 #[derive(Parser)]
 #[command(about = "The control-plane cost of a relay cluster (simulated network)")]
@@ -111,8 +112,9 @@ fn measure(relays: usize, broadcasts: usize) -> Measured {
 	runtime.block_on(async move {
 		let network = Network::new(SimConfig::default());
 		let cluster = SimCluster::start(&network, relays, Duration::from_secs(5));
+		let origins = cluster.origins();
 		// Every link up: one probe per relay, seen by every relay.
-		let probes: Vec<_> = (cluster.origins.iter().enumerate())
+		let probes: Vec<_> = (origins.iter().enumerate())
 			.map(|(i, origin)| {
 				origin
 					.producer()
@@ -120,29 +122,29 @@ fn measure(relays: usize, broadcasts: usize) -> Measured {
 					.expect("a probe")
 			})
 			.collect();
-		until_every(&cluster.origins, Duration::from_millis(10), |n| n >= relays).await;
+		until_every(&origins, Duration::from_millis(10), |n| n >= relays).await;
 		drop(probes);
-		until_every(&cluster.origins, Duration::from_millis(10), |n| n == 0).await;
+		until_every(&origins, Duration::from_millis(10), |n| n == 0).await;
 
 		let (rss_before, cpu_before, wall_before) = (rss(), cpu_time(), Instant::now());
 		let datagrams_before = network.stats().sent;
 		let start = kio::time::now();
 		let published: Vec<_> = (0..broadcasts)
 			.map(|k| {
-				cluster.origins[k % relays]
+				origins[k % relays]
 					.producer()
 					.create_broadcast(&Path::new(&format!("b/{k}")), Route::default())
 					.expect("a broadcast")
 			})
 			.collect();
-		until_every(&cluster.origins, Duration::from_millis(1), |n| n >= broadcasts).await;
+		until_every(&origins, Duration::from_millis(1), |n| n >= broadcasts).await;
 		let converged = kio::time::now() - start;
 		let (cpu, wall) = (cpu_time() - cpu_before, wall_before.elapsed());
 		let datagrams = network.stats().sent - datagrams_before;
 		// Let acknowledgements and buffers settle before reading the resident set.
 		kio::time::sleep(Duration::from_secs(1)).await;
 		let rss_bytes = rss().saturating_sub(rss_before);
-		let entries = (cluster.origins.iter())
+		let entries = (origins.iter())
 			.map(|origin| origin.broadcasts() + origin.backups())
 			.sum();
 		drop(published);

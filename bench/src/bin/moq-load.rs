@@ -15,8 +15,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bench::load::{self, Live, LoadOptions, Shape, Target};
 use clap::Parser;
+use moq_client::Url;
 use moq_quic::Verification;
-use moq_relay::client::Url;
 
 /// Load a moq-lite-05 relay with publishers and subscribers over raw QUIC or WebTransport (each connection on
 /// its own UDP socket) and report frames delivered per second, latency (µs, from a publish time
@@ -67,7 +67,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
 		(None, false) => anyhow::bail!("give the relay's --fingerprint, or --insecure for a local relay"),
 	};
 	let target = Target {
-		addr: url.resolve()?,
+		addr: kio::block_on(url.resolve())?,
 		publish_addr: None,
 		url,
 		verification,

@@ -53,8 +53,8 @@ use bench::counter::median;
 use bench::load::{self, Event, Live, LoadOptions, Report, Shape, Target, Wire};
 use bench::report::Table;
 use clap::Parser;
+use moq_client::Url;
 use moq_quic::Verification;
-use moq_relay::client::Url;
 
 /// Load one or more relays with the same publishers and subscribers over loopback QUIC,
 /// alternating them over rounds, and report for each: relay CPU (or, with --callgrind,

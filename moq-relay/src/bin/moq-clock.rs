@@ -22,12 +22,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kio::{Either, race};
+use moq_client::{Backoff, Client, Trust, Url};
 use moq_net::model::{
 	BroadcastConsumer, Frame, GroupProducer, Origin, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
 };
 use moq_quic::Verification;
-use moq_relay::client::{self, Url};
-use moq_relay::cluster::Backoff;
 use moq_relay::config::Span;
 
 /// An example moq-lite-05 client: publish a clock track, or subscribe and print it.
@@ -186,16 +185,19 @@ async fn session(
 	watch: Option<&Path>,
 	printed: &mut Printed,
 ) -> anyhow::Result<Option<u64>> {
-	let addr = url.resolve()?;
-	let verification = verification(args, addr).await?;
-	let endpoint = client::endpoint_with(addr, moq_quic::Config::new().with_idle_timeout(args.idle_timeout.0))?;
+	let addr = url.resolve().await?;
+	let client = Client::new()
+		.origin(local.id())
+		.trust(trust(args)?)
+		.idle_timeout(args.idle_timeout.0);
 	// A fresh origin per session for a viewer: nothing mirrored from a relay that went stays behind.
 	let viewer = Origin::new(local.id());
-	let (publish, subscribe, doing) = match watch {
-		None => (Some(local.consumer()), None, "publishing"),
-		Some(_) => (None, Some(viewer.producer()), "waiting for"),
+	let (client, doing) = match watch {
+		None => (client.publish(local.consumer()), "publishing"),
+		Some(_) => (client.subscribe(viewer.producer()), "waiting for"),
 	};
-	let client = client::dial(&endpoint, addr, url, &verification, local.id(), publish, subscribe)
+	let client = client
+		.connect_to(url, addr)
 		.await
 		.with_context(|| format!("connecting to {addr}"))?;
 	eprintln!(
@@ -231,25 +233,18 @@ async fn session(
 	}
 }
 
-/// How to check the relay at `addr`: as the flags say, or by the fingerprint it serves.
-async fn verification(args: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Verification> {
+/// How to check the relay: as the flags say, or by the fingerprint it serves over HTTP.
+fn trust(args: &Args) -> anyhow::Result<Trust> {
 	if args.insecure {
-		return Ok(Verification::Disabled);
+		return Ok(Trust::Verify(Verification::Disabled));
 	}
-	let hexes = match args.fingerprint.is_empty() {
-		false => args.fingerprint.clone(),
-		true => {
-			let response = moq_relay::http::get(addr, "/certificate.sha256")
-				.await
-				.with_context(|| format!("fetching the fingerprint from http://{addr}/certificate.sha256"))?;
-			vec![response.body]
-		}
-	};
-	let pins = hexes
-		.iter()
+	if args.fingerprint.is_empty() {
+		return Ok(Trust::FetchFingerprint);
+	}
+	let pins = (args.fingerprint.iter())
 		.map(|hex| moq_quic::tls::parse_fingerprint(hex.trim()).context("the fingerprint is not 64 hex digits"))
 		.collect::<anyhow::Result<_>>()?;
-	Ok(Verification::Fingerprints(pins))
+	Ok(Trust::Verify(Verification::Fingerprints(pins)))
 }
 
 /// Prints the clock's lines as they come, first skipping the replay of what `printed` says was

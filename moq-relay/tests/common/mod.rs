@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kio::{Either, race};
+use moq_client::{Client, Session, Url};
 use moq_net::lite::session;
 use moq_net::model::{
 	BroadcastProducer, Origin, OriginConsumer, OriginProducer, Publication, Subscription, TrackConsumer, TrackProducer,
@@ -19,113 +20,69 @@ use moq_net::model::{
 pub(crate) use moq_net::test_support::{self, announced, frame, publish, take, typed};
 use moq_net::transport::{BiStream, SendStreamExt, Transport, TransportError, TransportExt};
 use moq_quic::{Connection, ConnectionError, Endpoint, Verification};
-use moq_relay::auth::{Anonymous, AuthConfig};
-use moq_relay::client::{self, Client, Url};
-use moq_relay::config::{Cluster, Config, Tls};
+use moq_relay::auth::AuthConfig;
+use moq_relay::config::{Cluster, Config};
 use moq_relay::limits::Limits;
-use moq_relay::server::{self, Bound, Reload, Shutdown};
+use moq_relay::server::{self, Bound};
 
 /// A relay running on threads of its own; shut down and joined on drop.
 pub(crate) struct Relay {
 	pub(crate) bound: Bound,
-	shutdown: Shutdown,
-	thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+	running: Option<server::Running>,
 }
 
 impl Relay {
 	/// A relay on 127.0.0.1 with `workers` workers and anonymous access everywhere.
 	pub(crate) fn start(workers: usize) -> Self {
-		Self::start_with(
+		Self::run(Config {
 			workers,
-			AuthConfig {
-				key_file: None,
-				anonymous: Anonymous::everything(),
-			},
-		)
+			..Config::loopback()
+		})
 	}
 
 	pub(crate) fn start_with(workers: usize, auth: AuthConfig) -> Self {
-		Self::start_configured(workers, auth, Limits::default(), 64 << 20)
+		Self::run(Config {
+			workers,
+			auth,
+			..Config::loopback()
+		})
 	}
 
 	/// Anonymous access everywhere, with `limits` and a cache of `cache_size` bytes.
 	pub(crate) fn start_limited(workers: usize, limits: Limits, cache_size: u64) -> Self {
-		Self::start_configured(
+		Self::run(Config {
 			workers,
-			AuthConfig {
-				key_file: None,
-				anonymous: Anonymous::everything(),
-			},
 			limits,
 			cache_size,
-		)
-	}
-
-	pub(crate) fn start_configured(workers: usize, auth: AuthConfig, limits: Limits, cache_size: u64) -> Self {
-		Self::start_full(workers, auth, limits, cache_size, Cluster::default())
+			..Config::loopback()
+		})
 	}
 
 	/// A relay of a cluster: one worker, `auth`, and `cluster`.
 	pub(crate) fn start_cluster(auth: AuthConfig, cluster: Cluster) -> Self {
-		Self::start_full(1, auth, Limits::default(), 64 << 20, cluster)
+		Self::run(Config {
+			auth,
+			cluster,
+			..Config::loopback()
+		})
 	}
 
 	/// A relay of a cluster serving QUIC on `listen` (a port a relay that stopped had, say).
 	pub(crate) fn start_cluster_on(listen: SocketAddr, auth: AuthConfig, cluster: Cluster) -> Self {
-		Self::start_on(listen, 1, auth, Limits::default(), 64 << 20, cluster)
-	}
-
-	pub(crate) fn start_full(
-		workers: usize,
-		auth: AuthConfig,
-		limits: Limits,
-		cache_size: u64,
-		cluster: Cluster,
-	) -> Self {
-		Self::start_on(
-			"127.0.0.1:0".parse().unwrap(),
-			workers,
-			auth,
-			limits,
-			cache_size,
-			cluster,
-		)
-	}
-
-	fn start_on(
-		listen: SocketAddr,
-		workers: usize,
-		auth: AuthConfig,
-		limits: Limits,
-		cache_size: u64,
-		cluster: Cluster,
-	) -> Self {
-		let config = Config {
-			file: None,
+		Self::run(Config {
 			listen,
-			http: Some("127.0.0.1:0".parse().unwrap()),
-			workers,
-			tls: Tls::Generate {
-				names: vec!["localhost".into()],
-			},
 			auth,
-			log_level: "warn".into(),
-			shutdown_timeout: Duration::from_secs(2),
-			cache_size,
-			max_connections: None,
-			limits,
 			cluster,
-		};
-		let (shutdown, watch) = Shutdown::new();
-		let (_, reload) = Reload::new();
-		let (tx, rx) = mpsc::channel();
-		let thread =
-			std::thread::spawn(move || server::run(&config, watch, reload, move |bound| tx.send(bound).unwrap()));
-		let bound = rx.recv().expect("the relay started");
+			..Config::loopback()
+		})
+	}
+
+	/// A relay as `config` says.
+	pub(crate) fn run(config: Config) -> Self {
+		let running = server::spawn(config).expect("the relay started");
 		Self {
-			bound,
-			shutdown,
-			thread: Some(thread),
+			bound: running.bound.clone(),
+			running: Some(running),
 		}
 	}
 
@@ -135,6 +92,11 @@ impl Relay {
 
 	pub(crate) fn verification(&self) -> Verification {
 		Verification::Fingerprints(vec![moq_quic::tls::parse_fingerprint(&self.bound.fingerprint).unwrap()])
+	}
+
+	/// A client that trusts this relay and dials from `endpoint`.
+	pub(crate) fn client(&self, endpoint: &Endpoint) -> Client {
+		Client::new().verify(self.verification()).endpoint(endpoint.clone())
 	}
 
 	/// The value of its unlabelled metric `name`.
@@ -149,17 +111,7 @@ impl Relay {
 
 	/// Shuts down and waits; the relay's own result.
 	pub(crate) fn stop(mut self) -> anyhow::Result<()> {
-		self.shutdown.trigger();
-		self.thread.take().unwrap().join().expect("the relay thread panicked")
-	}
-}
-
-impl Drop for Relay {
-	fn drop(&mut self) {
-		self.shutdown.trigger();
-		if let Some(thread) = self.thread.take() {
-			let _ = thread.join();
-		}
+		self.running.take().expect("running").stop()
 	}
 }
 
@@ -186,7 +138,12 @@ impl Drop for KeyFile {
 
 /// A client endpoint for `relay`.
 pub(crate) fn endpoint(relay: &Relay) -> Endpoint {
-	client::endpoint(relay.bound.quic).unwrap()
+	client_endpoint(relay.bound.quic)
+}
+
+/// A client endpoint for the relay at `addr`.
+pub(crate) fn client_endpoint(addr: SocketAddr) -> Endpoint {
+	moq_client::bind(addr, moq_quic::Config::new()).unwrap()
 }
 
 /// Connects a client publishing `origin`'s broadcasts.
@@ -195,34 +152,39 @@ pub(crate) async fn publisher(
 	endpoint: &Endpoint,
 	path: &str,
 	origin: &Origin,
-) -> anyhow::Result<Client> {
-	connect(relay, endpoint, path, origin.id(), Some(origin.consumer()), None).await
+) -> anyhow::Result<Session> {
+	let client = relay.client(endpoint).origin(origin.id()).publish(origin.consumer());
+	client.connect_to(&relay.url(path), relay.bound.quic).await
 }
 
 /// Connects a viewer mirroring the relay's announcements into `origin`.
-pub(crate) async fn viewer(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Client> {
-	connect(relay, endpoint, path, origin.id(), None, Some(origin.producer())).await
+pub(crate) async fn viewer(relay: &Relay, endpoint: &Endpoint, path: &str, origin: &Origin) -> anyhow::Result<Session> {
+	let client = relay.client(endpoint).origin(origin.id()).subscribe(origin.producer());
+	client.connect_to(&relay.url(path), relay.bound.quic).await
 }
 
-async fn connect(
-	relay: &Relay,
+/// Connects over `url` to `addr` from `endpoint` (the URL's scheme picks the transport),
+/// publishing `publish`'s broadcasts and mirroring the relay's announcements into `subscribe`.
+pub(crate) async fn connect_client(
 	endpoint: &Endpoint,
-	path: &str,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
 	id: u64,
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
-) -> anyhow::Result<Client> {
-	let url = relay.url(path);
-	client::connect(
-		endpoint,
-		relay.bound.quic,
-		&url,
-		&relay.verification(),
-		id,
-		publish,
-		subscribe,
-	)
-	.await
+) -> anyhow::Result<Session> {
+	let mut client = Client::new()
+		.origin(id)
+		.verify(verification.clone())
+		.endpoint(endpoint.clone());
+	if let Some(publish) = publish {
+		client = client.publish(publish);
+	}
+	if let Some(subscribe) = subscribe {
+		client = client.subscribe(subscribe);
+	}
+	client.connect_to(url, addr).await
 }
 
 /// A local broadcast `name` with one track "video".
@@ -252,7 +214,7 @@ pub(crate) struct Healthy {
 	pub(crate) track: TrackProducer,
 	pub(crate) cursor: TrackConsumer,
 	pub(crate) next: u64,
-	_keep: (Client, Client, Origin, Origin),
+	_keep: (Session, Session, Origin, Origin),
 	_broadcast: (BroadcastProducer, Publication),
 }
 
@@ -490,7 +452,7 @@ impl Running {
 
 /// The value of the unlabelled metric `name` served at `http`.
 pub(crate) async fn metric_at(http: SocketAddr, name: &str) -> u64 {
-	let body = moq_relay::http::get(http, "/metrics").await.unwrap().body;
+	let body = moq_client::http::get(http, "/metrics").await.unwrap().body;
 	body.lines()
 		.find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 		.unwrap_or_else(|| panic!("no metric {name}"))

@@ -1,7 +1,7 @@
 //! A writer for the Prometheus text exposition format (version 0.0.4), which `/metrics` serves.
 //!
 //! ```
-//! use moq_relay::metrics::{Kind, Prom};
+//! use moq_relay::metrics::prom::{Kind, Prom};
 //!
 //! let mut prom = Prom::new();
 //! prom.counter("moq_relay_connections_total", "Connections accepted.", 12u64);

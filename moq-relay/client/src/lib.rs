@@ -1,0 +1,394 @@
+//! moq-client: one client for every URL the relay serves, used by `moq-clock`, the load
+//! generator, the relay's cluster links and the tests.
+//!
+//! A [`Client`] is a builder: what the session is (its origin id in hop chains, what it
+//! publishes, where it mirrors the relay's announcements, what the relay may make it hold), how
+//! the relay's certificate is trusted, and which sockets it dials from. [`Client::connect`] takes
+//! a [`Url`] and returns a running [`Session`]:
+//!
+//! | URL | transport |
+//! |---|---|
+//! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`), the path and query in SETUP |
+//! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
+//! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use moq_client::{Client, Url};
+//! use moq_net::model::Origin;
+//!
+//! let local = Origin::new(7);
+//! let session = Client::new()
+//!     .origin(local.id())
+//!     .subscribe(local.producer())
+//!     .connect(&Url::parse("http://localhost:4443/demo")?)
+//!     .await?;
+//! let code = session.closed().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A name is resolved on a thread of its own ([`Url::resolve`]): a slow resolver never stalls the
+//! worker the client runs on. Each connection dials from a socket of its own unless the client is
+//! given an [`Endpoint`] to share, or a simulated network to dial over ([`Sockets`]).
+
+#![forbid(unsafe_code)]
+
+mod backoff;
+pub mod http;
+mod url;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context as _;
+pub use backoff::{BACKOFF_MAX, BACKOFF_MIN, Backoff};
+use moq_net::lite::Role;
+use moq_net::lite::session::{self, PeerSetup};
+use moq_net::model::{OriginConsumer, OriginProducer};
+use moq_net::transport::Transport;
+use moq_quic::h3::{self, ConnectRequest};
+use moq_quic::webtransport::{self, WebTransport};
+use moq_quic::{Connection, Endpoint, Verification};
+pub use url::{DEFAULT_PORT, Scheme, Url};
+
+/// How the relay's certificate is trusted.
+#[derive(Clone, Debug)]
+pub enum Trust {
+	/// As this says.
+	Verify(Verification),
+	/// Pinned to the SHA-256 the relay serves at `http://HOST:PORT/certificate.sha256`: for a
+	/// relay with a generated certificate, on a network where plain HTTP to it cannot be
+	/// tampered with (a local relay, a test).
+	FetchFingerprint,
+}
+
+/// Where connections are dialled from.
+#[derive(Clone, Default)]
+pub enum Sockets {
+	/// A UDP socket of its own for each connection, on an ephemeral port of the relay's address
+	/// family: replies come back to the socket that sent, whatever worker of a relay answers.
+	#[default]
+	Own,
+	/// One endpoint for every connection (a test dialling many).
+	Shared(Endpoint),
+	/// An endpoint of its own for each connection on moq-quic's simulated network, at this
+	/// address (ports counted up from 5000).
+	Simulated(moq_quic::sim::Network, IpAddr),
+}
+
+/// A client: what its sessions are, and how it reaches relays. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+	config: session::Config,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+	trust: Trust,
+	sockets: Sockets,
+	idle_timeout: Option<Duration>,
+}
+
+impl Default for Client {
+	fn default() -> Self {
+		Self::new()
+	}
+}
+
+impl Client {
+	/// A client that neither publishes nor subscribes yet, with the default session limits,
+	/// trusting the certificate the relay serves over HTTP ([`Trust::FetchFingerprint`]), each
+	/// connection on a socket of its own.
+	pub fn new() -> Self {
+		Self {
+			config: session::Config::default(),
+			publish: None,
+			subscribe: None,
+			trust: Trust::FetchFingerprint,
+			sockets: Sockets::Own,
+			idle_timeout: None,
+		}
+	}
+
+	/// This client's id in hop chains (0: none).
+	pub fn origin(mut self, id: u64) -> Self {
+		self.config.origin = id;
+		self
+	}
+
+	/// Publishes `origin`'s broadcasts to the relay.
+	pub fn publish(mut self, origin: OriginConsumer) -> Self {
+		self.publish = Some(origin);
+		self
+	}
+
+	/// Mirrors the relay's announcements into `origin`.
+	pub fn subscribe(mut self, origin: OriginProducer) -> Self {
+		self.subscribe = Some(origin);
+		self
+	}
+
+	/// What the relay may make a session hold (the announcements it mirrors, say).
+	pub fn limits(mut self, limits: session::Limits) -> Self {
+		self.config.limits = limits;
+		self
+	}
+
+	/// The whole session configuration (a relay linking with a cluster peer: its pool, counters,
+	/// limits and linger); its `path` and `role` are still set by [`connect`](Self::connect).
+	pub fn session(mut self, config: session::Config) -> Self {
+		self.config = config;
+		self
+	}
+
+	/// How the relay's certificate is trusted.
+	pub fn trust(mut self, trust: Trust) -> Self {
+		self.trust = trust;
+		self
+	}
+
+	/// Trusts what `verification` says.
+	pub fn verify(self, verification: Verification) -> Self {
+		self.trust(Trust::Verify(verification))
+	}
+
+	/// Where connections are dialled from.
+	pub fn sockets(mut self, sockets: Sockets) -> Self {
+		self.sockets = sockets;
+		self
+	}
+
+	/// Dials every connection from `endpoint`.
+	pub fn endpoint(self, endpoint: Endpoint) -> Self {
+		self.sockets(Sockets::Shared(endpoint))
+	}
+
+	/// How long a relay may stay silent before its connections are taken for gone (the QUIC idle
+	/// timeout, keep-alives at a third of it); moq-quic's default otherwise. Applies to sockets
+	/// the client binds, not to a shared endpoint.
+	pub fn idle_timeout(mut self, idle: Duration) -> Self {
+		self.idle_timeout = Some(idle);
+		self
+	}
+
+	/// Connects to the relay at `url` (its host resolved off the worker) and starts the session.
+	pub async fn connect(&self, url: &Url) -> anyhow::Result<Session> {
+		let addr = url.resolve().await?;
+		self.connect_to(url, addr).await
+	}
+
+	/// Connects to `addr` as `url` says (the URL's host is the TLS server name).
+	pub async fn connect_to(&self, url: &Url, addr: SocketAddr) -> anyhow::Result<Session> {
+		let verification = match (&self.trust, url.scheme) {
+			(Trust::Verify(verification), Scheme::Moqt | Scheme::Https) => verification.clone(),
+			(Trust::FetchFingerprint, _) | (_, Scheme::Http) => fetch_fingerprint(addr).await?,
+		};
+		let endpoint = self.endpoint_for(addr)?;
+		let (peer, protocol, inner) = match url.scheme {
+			Scheme::Moqt => self.raw_quic(&endpoint, addr, url, &verification).await?,
+			Scheme::Https | Scheme::Http => self.webtransport(&endpoint, addr, url, &verification).await?,
+		};
+		Ok(Session {
+			peer,
+			protocol,
+			inner,
+			endpoint,
+		})
+	}
+
+	fn endpoint_for(&self, relay: SocketAddr) -> anyhow::Result<Endpoint> {
+		let config = match self.idle_timeout {
+			Some(idle) => moq_quic::Config::new().with_idle_timeout(idle),
+			None => moq_quic::Config::new(),
+		};
+		Ok(match &self.sockets {
+			Sockets::Shared(endpoint) => endpoint.clone(),
+			Sockets::Own => bind(relay, config)?,
+			Sockets::Simulated(network, ip) => {
+				let local = SocketAddr::new(*ip, network.free_port(*ip, 5000));
+				Endpoint::simulated(network, local, config)
+			}
+		})
+	}
+
+	/// The session's configuration; `path` is SETUP's (raw QUIC only: over WebTransport the
+	/// CONNECT carries it).
+	fn config(&self, path: Option<String>) -> session::Config {
+		// Say what this client does, so a relay does not ask a viewer for its announcements.
+		let role = match (&self.publish, &self.subscribe) {
+			(Some(_), None) => Some(Role::Publisher),
+			(None, Some(_)) => Some(Role::Subscriber),
+			_ => None,
+		};
+		session::Config {
+			path,
+			role,
+			..self.config.clone()
+		}
+	}
+
+	/// SETUP over `transport`, then the session.
+	async fn start<T: Transport + Clone + 'static>(
+		&self,
+		transport: &T,
+		path: Option<String>,
+	) -> anyhow::Result<(session::Session<T>, PeerSetup)> {
+		let config = self.config(path);
+		let peer = session::setup(transport, &config).await.context("SETUP")?;
+		let session = session::start(
+			transport.clone(),
+			config,
+			peer.clone(),
+			self.publish.clone(),
+			self.subscribe.clone(),
+		);
+		Ok((session, peer))
+	}
+
+	async fn raw_quic(
+		&self,
+		endpoint: &Endpoint,
+		addr: SocketAddr,
+		url: &Url,
+		verification: &Verification,
+	) -> anyhow::Result<(PeerSetup, Option<String>, Inner)> {
+		let connection = handshake(endpoint, addr, url, verification, moq_quic::ALPN_MOQ_LITE_05).await?;
+		let (session, peer) = self.start(&connection, Some(url.path.clone())).await?;
+		let protocol = Some(String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned());
+		Ok((peer, protocol, Inner::Quic { connection, session }))
+	}
+
+	async fn webtransport(
+		&self,
+		endpoint: &Endpoint,
+		addr: SocketAddr,
+		url: &Url,
+		verification: &Verification,
+	) -> anyhow::Result<(PeerSetup, Option<String>, Inner)> {
+		let connection = handshake(endpoint, addr, url, verification, h3::ALPN).await?;
+		let request = ConnectRequest {
+			authority: url.authority(),
+			path: url.path.clone(),
+			protocols: vec![String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned()],
+			origin: None,
+		};
+		let (transport, response) = webtransport::connect(&connection, &request)
+			.await
+			.context("WebTransport CONNECT")?;
+		let (session, peer) = self.start(&transport, None).await?;
+		Ok((peer, response.protocol, Inner::WebTransport { transport, session }))
+	}
+}
+
+/// An endpoint to dial `relay` from, on an ephemeral port of its address family.
+pub fn bind(relay: SocketAddr, config: moq_quic::Config) -> anyhow::Result<Endpoint> {
+	let local: SocketAddr = match relay.is_ipv4() {
+		true => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+		false => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+	};
+	Endpoint::bind(local, config).context("binding a UDP socket")
+}
+
+/// A QUIC connection to `addr` offering `alpn`, its handshake done.
+async fn handshake(
+	endpoint: &Endpoint,
+	addr: SocketAddr,
+	url: &Url,
+	verification: &Verification,
+	alpn: &[u8],
+) -> anyhow::Result<Connection> {
+	let client = moq_quic::Config::new()
+		.with_idle_timeout(endpoint.idle_timeout())
+		.with_client(verification, &[alpn])?;
+	let connection = endpoint.connect_with(client.client.expect("just configured"), addr, &url.host)?;
+	connection.established().await.context("QUIC handshake")?;
+	Ok(connection)
+}
+
+/// The certificate the relay at `addr` serves over HTTP, pinned.
+pub async fn fetch_fingerprint(addr: SocketAddr) -> anyhow::Result<Verification> {
+	let response = http::get(addr, "/certificate.sha256")
+		.await
+		.with_context(|| format!("fetching the fingerprint from http://{addr}/certificate.sha256"))?;
+	let pin = moq_quic::tls::parse_fingerprint(response.body.trim())
+		.with_context(|| format!("http://{addr}/certificate.sha256 is not 64 hex digits"))?;
+	Ok(Verification::Fingerprints(vec![pin]))
+}
+
+/// A running session with a relay, over whichever transport its URL chose. Dropping it closes
+/// the session.
+pub struct Session {
+	peer: PeerSetup,
+	protocol: Option<String>,
+	inner: Inner,
+	endpoint: Endpoint,
+}
+
+enum Inner {
+	Quic {
+		connection: Connection,
+		session: session::Session<Connection>,
+	},
+	WebTransport {
+		transport: WebTransport,
+		session: session::Session<WebTransport>,
+	},
+}
+
+impl Session {
+	/// Waits for the session to end; its code.
+	pub async fn closed(&self) -> u64 {
+		match &self.inner {
+			Inner::Quic { session, .. } => session.closed().await,
+			Inner::WebTransport { session, .. } => session.closed().await,
+		}
+	}
+
+	/// Closes the session with `code`.
+	pub fn close(&self, code: u64) {
+		match &self.inner {
+			Inner::Quic { session, .. } => session.close(code),
+			Inner::WebTransport { session, .. } => session.close(code),
+		}
+	}
+
+	/// What the relay said in its SETUP.
+	pub fn peer(&self) -> &PeerSetup {
+		&self.peer
+	}
+
+	/// The application protocol the relay chose: the ALPN over raw QUIC, the sub-protocol over
+	/// WebTransport (`None` if it chose none).
+	pub fn protocol(&self) -> Option<&str> {
+		self.protocol.as_deref()
+	}
+
+	/// The transport's name, as the relay logs it: `quic` or `webtransport`.
+	pub fn transport(&self) -> &'static str {
+		match &self.inner {
+			Inner::Quic { .. } => "quic",
+			Inner::WebTransport { .. } => "webtransport",
+		}
+	}
+
+	/// The QUIC connection under the session.
+	pub fn connection(&self) -> &Connection {
+		match &self.inner {
+			Inner::Quic { connection, .. } => connection,
+			Inner::WebTransport { transport, .. } => transport.connection(),
+		}
+	}
+
+	/// The endpoint the session was dialled from: once the session is closed and dropped, its
+	/// [`drained`](Endpoint::drained) says the close went out.
+	pub fn endpoint(&self) -> &Endpoint {
+		&self.endpoint
+	}
+
+	/// The WebTransport session, if the session runs over one.
+	pub fn webtransport(&self) -> Option<&WebTransport> {
+		match &self.inner {
+			Inner::WebTransport { transport, .. } => Some(transport),
+			Inner::Quic { .. } => None,
+		}
+	}
+}

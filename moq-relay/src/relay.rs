@@ -1,0 +1,163 @@
+//! [`Relay`]: what every worker shares, whatever transport a session came by. Sockets,
+//! certificates and the runtime are the server's ([`crate::server`]); this is the state a
+//! session is served from, so a simulated cluster ([`crate::cluster::sim`]) runs the same.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kio::sync::{Budget, Charge};
+use moq_net::lite::session::{self, Counters};
+use moq_net::model::{BroadcastProducer, Origin, Pool, Publication};
+
+use crate::auth::Auth;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::limits::Limits;
+use crate::metrics::{Sources, Stats};
+
+/// What every worker shares.
+pub struct Relay {
+	/// The broadcasts, tracks and cache every session serves from and publishes into.
+	pub(crate) origin: Origin,
+	pub(crate) auth: Auth,
+	pub(crate) limits: Limits,
+	/// The cache's byte budget; a publishing session fills a child of it.
+	pub(crate) pool: Pool,
+	/// What sessions move and hold, summed over all of them.
+	pub(crate) counters: Arc<Counters>,
+	pub(crate) stats: Stats,
+	pub(crate) cluster: Cluster,
+	/// Connections open, at most `--max-connections`.
+	connections: Budget,
+	pub(crate) shutdown_timeout: Duration,
+	/// The pace of each address's requests (see [`Relay::pace_for`]).
+	paces: Mutex<HashMap<u64, Arc<session::Pace>>>,
+	/// This relay's node URL, announced to its cluster for as long as it runs.
+	_membership: Option<(BroadcastProducer, Publication)>,
+}
+
+impl Relay {
+	/// A relay serving `origin` as `config` says, its figures read from `sources` too.
+	pub fn new(config: &Config, origin: Origin, sources: Sources) -> anyhow::Result<Self> {
+		Self::with_auth(config, origin, Auth::new(&config.auth)?, sources)
+	}
+
+	/// [`new`](Self::new), with `auth` in place of the configuration's.
+	pub fn with_auth(config: &Config, origin: Origin, auth: Auth, sources: Sources) -> anyhow::Result<Self> {
+		let cluster = Cluster::new(&config.cluster)?;
+		let membership = cluster.join(&origin)?;
+		let max_connections = config.max_connections.map_or(u64::MAX, |max| max as u64);
+		Ok(Self {
+			auth,
+			limits: config.limits,
+			pool: Pool::new(config.cache_size),
+			counters: Arc::new(Counters::default()),
+			stats: Stats::new(config.workers, sources),
+			cluster,
+			connections: Budget::new(max_connections),
+			shutdown_timeout: config.shutdown_timeout,
+			paces: Mutex::new(HashMap::new()),
+			origin,
+			_membership: membership,
+		})
+	}
+
+	/// This relay's id in hop chains.
+	pub fn id(&self) -> u64 {
+		self.origin.id()
+	}
+
+	/// The origin sessions serve from.
+	pub fn origin(&self) -> &Origin {
+		&self.origin
+	}
+
+	/// A slot for one more connection, if `--max-connections` allows it.
+	pub(crate) fn connection_slot(&self) -> Option<Charge> {
+		self.connections.charge(1)
+	}
+
+	/// Connections open now.
+	pub(crate) fn connections_open(&self) -> u64 {
+		self.connections.used()
+	}
+
+	/// The pace every session from the address `key` shares (see [`address_requester`]): a peer
+	/// that reconnects, or opens many connections, gets no fresh burst of requests. Kept while a
+	/// session from the address is open or its requests are still owed turns (a pace past both is
+	/// as good as new); the map forgets the others as it grows.
+	pub(crate) fn pace_for(&self, key: u64) -> Arc<session::Pace> {
+		let now = kio::time::now();
+		let mut paces = self.paces.lock().expect("not poisoned");
+		if let Some(pace) = paces.get(&key) {
+			return pace.clone();
+		}
+		if paces.len() >= 64 && paces.len().is_power_of_two() {
+			paces.retain(|_, pace| Arc::strong_count(pace) > 1 || !pace.is_fresh(now));
+		}
+		let limits = &self.limits;
+		let pace = Arc::new(session::Pace::new(
+			limits.address_request_rate,
+			limits.address_request_burst,
+			now,
+		));
+		paces.insert(key, pace.clone());
+		pace
+	}
+}
+
+/// The requester an address's sessions share: an IPv4 address, or an IPv6 /64 (what one host or
+/// home is usually given), with the top bit set so no session's own id (counted up from 1) is
+/// one. Distinct places that map to one key only share a fair share.
+pub(crate) fn address_requester(ip: IpAddr) -> u64 {
+	const ADDRESS: u64 = 1 << 63;
+	match ip.to_canonical() {
+		IpAddr::V4(v4) => ADDRESS | 1 << 62 | u64::from(u32::from(v4)),
+		IpAddr::V6(v6) => ADDRESS | (u128::from(v6) >> 64) as u64,
+	}
+}
+
+/// A relay's origin id in hop chains: random per process, never 0, and below 2^53: it travels in
+/// SETUP, ANNOUNCE_OK and hop chains, and the browser library `@moq/lite` reads those integers as
+/// JavaScript numbers, failing above 2^53 - 1 (docs/moq-lite-versions.md §3).
+pub(crate) fn random_id() -> u64 {
+	use std::hash::{BuildHasher, Hasher};
+	let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+	hasher.write_u128(
+		std::time::SystemTime::now()
+			.duration_since(std::time::SystemTime::UNIX_EPOCH)
+			.map_or(0, |d| d.as_nanos()),
+	);
+	hasher.write_u32(std::process::id());
+	(hasher.finish() >> 11).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+
+	#[test]
+	fn relay_ids_fit_a_javascript_number() {
+		for _ in 0..1000 {
+			let id = random_id();
+			assert!(id > 0 && id < 1 << 53, "{id}");
+		}
+	}
+
+	#[test]
+	fn sessions_of_one_address_request_as_one() {
+		let key = |ip: &str| address_requester(ip.parse().unwrap());
+		assert_eq!(
+			key("192.0.2.7"),
+			key("::ffff:192.0.2.7"),
+			"an IPv4-mapped address is its IPv4"
+		);
+		assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
+		assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"), "one /64");
+		assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+		// Never a session's own id (counted up from 1).
+		assert!(key("0.0.0.0") >= 1 << 63 && key("::") >= 1 << 63);
+	}
+}
