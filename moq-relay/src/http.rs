@@ -29,15 +29,17 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::net::IpAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use kio::net::{TcpListener, TcpStream};
+use kio::sync::{Budget, Charge, KeyAccount, Keyed};
 use kio::time::Deadline;
 use kio::{JoinHandle, Waiter};
 
@@ -135,11 +137,11 @@ impl std::fmt::Debug for Routes {
 
 /// The connection tasks of one [`serve`], aborted when it is dropped (on shutdown the relay
 /// aborts the server's task, and idle keep-alive connections must not outlive it).
-#[derive(Default)]
 struct Connections {
 	/// By age: the lowest id is the oldest.
 	tasks: RefCell<BTreeMap<u64, Slot>>,
-	per_ip: RefCell<HashMap<IpAddr, usize>>,
+	/// Connections served, each charged to its address's share.
+	per_ip: Arc<Keyed<IpAddr>>,
 	next: Cell<u64>,
 }
 
@@ -147,31 +149,28 @@ struct Slot {
 	task: JoinHandle<()>,
 	/// Waiting for a request with nothing of it read yet.
 	idle: Rc<Cell<bool>>,
-	ip: IpAddr,
+	_charge: Charge<KeyAccount<IpAddr>>,
 }
 
 impl Connections {
-	fn forget(&self, id: u64) {
-		let Some(slot) = self.tasks.borrow_mut().remove(&id) else {
-			return;
-		};
-		let mut per_ip = self.per_ip.borrow_mut();
-		if let Some(count) = per_ip.get_mut(&slot.ip) {
-			*count -= 1;
-			if *count == 0 {
-				per_ip.remove(&slot.ip);
-			}
+	fn new(routes: &Routes) -> Self {
+		Self {
+			tasks: RefCell::default(),
+			per_ip: Keyed::new(routes.max_per_ip as u64, Budget::unlimited()),
+			next: Cell::new(0),
 		}
 	}
 
-	/// Whether a connection from `ip` may be served, closing the oldest idle one if the table is
-	/// full.
-	fn admit(&self, ip: IpAddr, routes: &Routes) -> bool {
-		if self.per_ip.borrow().get(&ip).copied().unwrap_or(0) >= routes.max_per_ip {
-			return false;
-		}
+	fn forget(&self, id: u64) {
+		self.tasks.borrow_mut().remove(&id);
+	}
+
+	/// A slot for a connection from `ip` if one may be served, closing the oldest idle one if the
+	/// table is full.
+	fn admit(&self, ip: IpAddr, routes: &Routes) -> Option<Charge<KeyAccount<IpAddr>>> {
+		let charge = self.per_ip.charge(ip, 1)?;
 		if self.tasks.borrow().len() < routes.max_connections {
-			return true;
+			return Some(charge);
 		}
 		let oldest_idle = self
 			.tasks
@@ -179,14 +178,12 @@ impl Connections {
 			.iter()
 			.find(|(_, slot)| slot.idle.get())
 			.map(|(&id, _)| id);
-		let Some(id) = oldest_idle else {
-			return false;
-		};
+		let id = oldest_idle?;
 		if let Some(slot) = self.tasks.borrow().get(&id) {
 			slot.task.abort();
 		}
 		self.forget(id);
-		true
+		Some(charge)
 	}
 }
 
@@ -204,7 +201,7 @@ impl Drop for AbortOnDrop {
 /// Accepts connections on `listener` and serves each in a task of this worker, until the
 /// returned future is dropped (which closes every connection it opened).
 pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
-	let connections = Rc::new(Connections::default());
+	let connections = Rc::new(Connections::new(&routes));
 	let _guard = AbortOnDrop(connections.clone());
 	loop {
 		let (stream, peer) = match listener.accept().await {
@@ -216,10 +213,10 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 				continue;
 			}
 		};
-		if !connections.admit(peer.ip(), &routes) {
+		let Some(charge) = connections.admit(peer.ip(), &routes) else {
 			tracing::debug!(%peer, "http: connection limit reached, closing");
 			continue;
-		}
+		};
 		let id = connections.next.get();
 		connections.next.set(id + 1);
 		let idle = Rc::new(Cell::new(true));
@@ -234,13 +231,12 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 				connections.forget(id);
 			}
 		});
-		*connections.per_ip.borrow_mut().entry(peer.ip()).or_insert(0) += 1;
 		connections.tasks.borrow_mut().insert(
 			id,
 			Slot {
 				task,
 				idle,
-				ip: peer.ip(),
+				_charge: charge,
 			},
 		);
 	}

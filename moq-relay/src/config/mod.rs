@@ -25,15 +25,19 @@ use std::ffi::OsString;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{CommandFactory as _, Parser};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::auth::{Anonymous, AuthConfig};
 use crate::limits::{LimitOptions, Limits};
+
+mod cluster;
+mod units;
+pub use cluster::{Cluster, ClusterOptions, DEFAULT_LINGER, PeerTls};
+pub use units::{Size, Span, parse_duration, parse_size};
 
 /// The QUIC (UDP) and HTTP (TCP) port when none is given.
 pub const DEFAULT_PORT: u16 = 4443;
@@ -127,63 +131,6 @@ pub struct Options {
 	#[command(flatten)]
 	#[serde(default)]
 	pub cluster: ClusterOptions,
-}
-
-/// The file's `[cluster]` table and its flags.
-#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterOptions {
-	/// A peer relay to link with, `moqt://host:port/` (raw QUIC) or `https://host:port/`
-	/// (WebTransport); repeat for more. Dialled forever, with jittered backoff from 1 s to 10 s
-	/// [file: `[cluster] connect`].
-	#[arg(id = "cluster_connect", long = "cluster-connect", value_name = "URL")]
-	pub connect: Option<Vec<String>>,
-
-	/// This relay's own URL as its peers dial it, announced to them: a relay that hears of a
-	/// member of the cluster it has no link with dials it (if it has no URL of its own or its own
-	/// sorts first), so a relay given one peer (a seed) joins the whole mesh. A --cluster-connect
-	/// list that names this relay too (the same list for every relay) is dialled only toward the
-	/// URLs that sort after this one's, so each pair has one link [file: `[cluster] node`].
-	#[arg(id = "cluster_node", long = "cluster-node", value_name = "URL")]
-	pub node: Option<String>,
-
-	/// A file holding the JWT this relay presents to its peers (a token with `"cluster": true`,
-	/// signed with a key the peers accept); peers grant it the whole origin, as a peer
-	/// [file: `[cluster] token`]. Without it, a peer takes this relay for a client.
-	#[arg(id = "cluster_token", long = "cluster-token", value_name = "FILE")]
-	pub token: Option<PathBuf>,
-
-	/// This relay's origin id in hop chains, 1 to 2^53-1 [file: `[cluster] id`] [default: random
-	/// at each start].
-	#[arg(id = "cluster_id", long = "cluster-id", value_name = "N")]
-	pub id: Option<u64>,
-
-	/// How long a broadcast stays announced after its publisher (a client or a peer relay) is
-	/// lost abruptly, so a publisher that reconnects within it takes the path over without every
-	/// viewer hearing it go; a broadcast its publisher ends is withdrawn at once
-	/// [file: `[cluster] linger`] [default: 5s].
-	#[arg(id = "cluster_linger", long = "cluster-linger", value_name = "DURATION")]
-	pub linger: Option<Span>,
-
-	/// The SHA-256 (hex) of a peer's certificate to accept, as served at /certificate.sha256;
-	/// repeat for more [file: `[cluster] fingerprints`].
-	#[arg(id = "cluster_fingerprint", long = "cluster-fingerprint", value_name = "HEX")]
-	pub fingerprints: Option<Vec<String>>,
-
-	/// A PEM file of root certificates that peers' certificates must chain to, for their host
-	/// names [file: `[cluster] roots`].
-	#[arg(id = "cluster_roots", long = "cluster-roots", value_name = "FILE")]
-	pub roots: Option<PathBuf>,
-
-	/// Accept any certificate from peers: for development on one host only
-	/// [file: `[cluster] insecure = true`].
-	#[arg(
-		id = "cluster_insecure",
-		long = "cluster-insecure",
-		num_args = 0,
-		default_missing_value = "true"
-	)]
-	pub insecure: Option<bool>,
 }
 
 /// The file's `[http]` table and its flags.
@@ -334,51 +281,6 @@ impl Config {
 		}
 	}
 }
-
-/// How a cluster peer's certificate is checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PeerTls {
-	/// Its SHA-256 is one of these.
-	Fingerprints(Vec<[u8; 32]>),
-	/// It chains to a root in this PEM file.
-	Roots(PathBuf),
-	/// Not at all (development).
-	Insecure,
-}
-
-/// The resolved `[cluster]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cluster {
-	/// The peers this relay dials (its own URL, and the peers that dial it, left out).
-	pub connect: Vec<String>,
-	/// This relay's URL as peers dial it.
-	pub node: Option<String>,
-	/// The token presented to peers.
-	pub token: Option<String>,
-	/// The origin id; `None` for a random one.
-	pub id: Option<u64>,
-	/// How long an abruptly lost publisher's broadcasts stay announced.
-	pub linger: Duration,
-	/// How peers' certificates are checked.
-	pub tls: PeerTls,
-}
-
-impl Default for Cluster {
-	/// No peers; the default linger.
-	fn default() -> Self {
-		Self {
-			connect: Vec::new(),
-			node: None,
-			token: None,
-			id: None,
-			linger: DEFAULT_LINGER,
-			tls: PeerTls::Fingerprints(Vec::new()),
-		}
-	}
-}
-
-/// How long an abruptly lost publisher's broadcasts stay announced when not told.
-pub const DEFAULT_LINGER: Duration = Duration::from_secs(5);
 
 /// The largest origin id: ids travel as JavaScript numbers in the browser library.
 pub const MAX_ORIGIN_ID: u64 = (1 << 53) - 1;
@@ -586,205 +488,6 @@ impl Options {
 			cluster,
 		})
 	}
-}
-
-impl ClusterOptions {
-	fn resolve(self) -> anyhow::Result<Cluster> {
-		// Every URL in one spelling, so that two spellings of one relay compare equal.
-		// Peers are checked by the cluster's own pins or roots: `http://` (a fingerprint fetched
-		// over plain HTTP) is for a local relay, not a peer.
-		let canonical = |url: &str, what: &str| {
-			let parsed = moq_client::Url::parse(url).with_context(|| format!("{what} {url}"))?;
-			if parsed.scheme == moq_client::Scheme::Http {
-				anyhow::bail!("{what} {url}: not a moqt:// or https:// URL");
-			}
-			Ok(parsed.canonical())
-		};
-		let mut connect = (self.connect.unwrap_or_default().iter())
-			.map(|url| canonical(url, "cluster peer"))
-			.collect::<anyhow::Result<Vec<_>>>()?;
-		let node = self
-			.node
-			.as_deref()
-			.map(|node| canonical(node, "cluster node"))
-			.transpose()?;
-		if let Some(node) = &node {
-			if node.len() > crate::cluster::MAX_NODE_URL {
-				bail!(
-					"the cluster node URL is longer than {} bytes",
-					crate::cluster::MAX_NODE_URL
-				);
-			}
-			// The same list for every relay (it names this one too): one link per pair, dialled by
-			// the relay whose URL sorts first. A list without this relay (a seed, say) is dialled
-			// whole.
-			if connect.iter().any(|peer| peer == node) {
-				connect.retain(|peer| peer.as_str() > node.as_str());
-			}
-		}
-		connect.sort();
-		connect.dedup();
-		let token = match &self.token {
-			Some(path) => Some(
-				std::fs::read_to_string(path)
-					.with_context(|| format!("reading the cluster token {}", path.display()))?
-					.trim()
-					.to_owned(),
-			),
-			None => None,
-		};
-		if let Some(id) = self.id
-			&& !(1..=MAX_ORIGIN_ID).contains(&id)
-		{
-			bail!("the cluster id must be between 1 and 2^53-1, not {id}");
-		}
-		let fingerprints = self
-			.fingerprints
-			.unwrap_or_default()
-			.iter()
-			.map(|hex| {
-				moq_quic::tls::parse_fingerprint(hex.trim())
-					.with_context(|| format!("cluster fingerprint {hex:?} is not 64 hex digits"))
-			})
-			.collect::<anyhow::Result<Vec<_>>>()?;
-		let insecure = self.insecure.unwrap_or(false);
-		let tls = match (insecure, self.roots, fingerprints.is_empty()) {
-			(true, None, true) => PeerTls::Insecure,
-			(false, Some(roots), true) => PeerTls::Roots(roots),
-			(false, None, false) => PeerTls::Fingerprints(fingerprints),
-			(false, None, true) => {
-				if !connect.is_empty() {
-					bail!(
-						"cluster peers to dial, and no way to check their certificates: give \
-						 --cluster-fingerprint, --cluster-roots or (for development) --cluster-insecure"
-					);
-				}
-				PeerTls::Fingerprints(Vec::new())
-			}
-			_ => bail!("give one of --cluster-fingerprint, --cluster-roots and --cluster-insecure"),
-		};
-		Ok(Cluster {
-			connect,
-			node,
-			token,
-			id: self.id,
-			linger: self.linger.map_or(DEFAULT_LINGER, |s| s.0),
-			tls,
-		})
-	}
-}
-
-/// A byte size from a flag (`256MiB`) or the file (a string, or a number of bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-impl FromStr for Size {
-	type Err = String;
-	fn from_str(text: &str) -> Result<Self, String> {
-		parse_size(text).map(Self)
-	}
-}
-
-impl Serialize for Size {
-	fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-		serializer.serialize_u64(self.0)
-	}
-}
-
-impl<'de> Deserialize<'de> for Size {
-	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-		#[derive(Deserialize)]
-		#[serde(untagged)]
-		enum Value {
-			Bytes(u64),
-			Text(String),
-		}
-		match Value::deserialize(deserializer)? {
-			Value::Bytes(bytes) => Ok(Self(bytes)),
-			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
-		}
-	}
-}
-
-/// A duration from a flag (`500ms`) or the file (a string, or a number of seconds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span(pub Duration);
-
-impl FromStr for Span {
-	type Err = String;
-	fn from_str(text: &str) -> Result<Self, String> {
-		parse_duration(text).map(Self)
-	}
-}
-
-impl Serialize for Span {
-	fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-		serializer.serialize_f64(self.0.as_secs_f64())
-	}
-}
-
-impl<'de> Deserialize<'de> for Span {
-	fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-		#[derive(Deserialize)]
-		#[serde(untagged)]
-		enum Value {
-			Seconds(f64),
-			Text(String),
-		}
-		match Value::deserialize(deserializer)? {
-			Value::Seconds(secs) => Duration::try_from_secs_f64(secs)
-				.map(Self)
-				.map_err(|_| serde::de::Error::custom(format!("{secs} is not a duration"))),
-			Value::Text(text) => text.parse().map_err(serde::de::Error::custom),
-		}
-	}
-}
-
-/// Splits `"12.5ms"` into `(12.5, "ms")`.
-fn split_number(text: &str) -> Option<(f64, &str)> {
-	let text = text.trim();
-	let end = text
-		.find(|c: char| !(c.is_ascii_digit() || c == '.'))
-		.unwrap_or(text.len());
-	let number: f64 = text[..end].parse().ok()?;
-	Some((number, text[end..].trim()))
-}
-
-/// A duration: a number and an optional unit (`ms`, `s`, `m`, `h`; none is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-	let invalid = || format!("{text:?} is not a duration (such as 5s, 500ms, 1m)");
-	let (number, unit) = split_number(text).ok_or_else(invalid)?;
-	let scale = match unit {
-		"ms" => 0.001,
-		"" | "s" => 1.0,
-		"m" | "min" => 60.0,
-		"h" => 3600.0,
-		_ => return Err(invalid()),
-	};
-	Duration::try_from_secs_f64(number * scale).map_err(|_| invalid())
-}
-
-/// A byte size: a number and an optional unit (`B`, `KB`/`MB`/`GB` in powers of 1000,
-/// `KiB`/`MiB`/`GiB` in powers of 1024; none is bytes).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-	let invalid = || format!("{text:?} is not a size (such as 1048576, 256MiB, 1GiB, 500MB)");
-	let (number, unit) = split_number(text).ok_or_else(invalid)?;
-	let scale: u64 = match unit {
-		"" | "B" => 1,
-		"KB" => 1000,
-		"MB" => 1000 * 1000,
-		"GB" => 1000 * 1000 * 1000,
-		"KiB" => 1 << 10,
-		"MiB" => 1 << 20,
-		"GiB" => 1 << 30,
-		_ => return Err(invalid()),
-	};
-	let bytes = number * scale as f64;
-	// u64::MAX as f64 rounds up to 2^64, which does not fit: hence `<`.
-	if !(0.0..u64::MAX as f64).contains(&bytes) || bytes.fract() != 0.0 {
-		return Err(invalid());
-	}
-	Ok(bytes as u64)
 }
 
 #[cfg(test)]
@@ -1206,7 +909,7 @@ mod tests {
 	#[test]
 	fn the_readmes_table_of_options_is_the_one_help_makes() {
 		// Before, the module docs, the README and --help each had a table, and they had drifted.
-		let readme = include_str!("../README.md");
+		let readme = include_str!("../../README.md");
 		let expected = options_table();
 		assert!(
 			readme.contains(&expected),
