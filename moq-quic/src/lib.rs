@@ -30,7 +30,6 @@ mod endpoint;
 pub mod h3;
 mod idhash;
 pub mod limits;
-#[cfg(feature = "moq")]
 mod moq;
 pub mod nat;
 mod route;
@@ -38,7 +37,6 @@ pub mod scheduler;
 pub mod sim;
 mod stream;
 pub mod tls;
-#[cfg(feature = "moq")]
 pub mod webtransport;
 
 use std::sync::Arc;
@@ -47,8 +45,7 @@ use std::time::Duration;
 pub use connection::{CHURN_ALLOWANCE, Connection, StreamError, TX_DATAGRAM_BUDGET};
 pub use endpoint::{Endpoint, EndpointStats};
 pub use limits::{HandshakeBudget, HandshakeStats, Limits};
-#[cfg(feature = "moq")]
-pub use moq::{MoqRecv, MoqSend, closed_code};
+pub use moq::{MoqRecv, MoqSend, WtRecv, WtSend, closed_code};
 pub use quinn_proto::{ConnectionError, Dir, StreamId, TransportConfig, VarInt};
 pub use route::{Router, RouterStats};
 pub use stream::{RecvStream, SendStream};

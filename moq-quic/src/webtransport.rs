@@ -1,6 +1,6 @@
 //! WebTransport over HTTP/3 on a [`Connection`] (ALPN `h3`): the server's [`accept`] and the
-//! client's [`connect`], and moq-net's [`Transport`] over the session ([`WebTransport`]), so a
-//! moq-lite session runs over it exactly as over raw QUIC.
+//! client's [`connect`], and the session ([`WebTransport`]); moq-net's `Transport` over it is in
+//! `moq/webtransport.rs`, so a moq-lite session runs over it exactly as over raw QUIC.
 //!
 //! One session per connection (we advertise `WEBTRANSPORT_MAX_SESSIONS = 1`; browsers dial a
 //! dedicated connection). Both sides open their control stream with SETTINGS at once (a browser
@@ -30,8 +30,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use kio::Waiter;
 use kio::sync::{Producer, Queue};
-use moq_net::transport::{Transport, TransportError};
-use quinn_proto::{ConnectionError, Dir, StreamId, VarInt};
+use moq_net::transport::TransportError;
+use quinn_proto::{ConnectionError, StreamId, VarInt};
 
 use crate::connection::{Connection, StreamError};
 use crate::h3::{self, ConnectRequest, ConnectResponse, Settings, code, frame_type, stream_type};
@@ -239,8 +239,8 @@ impl From<StreamError> for ReadError {
 type Incoming = (SendStream, RecvStream, Result<Vec<(String, String)>, h3::Error>);
 
 /// What the acceptors share with the session.
-struct Shared {
-	conn: Connection,
+pub(crate) struct Shared {
+	pub(crate) conn: Connection,
 	server: bool,
 	/// Our control stream: it must stay open as long as the connection.
 	control: RefCell<Option<SendStream>>,
@@ -253,10 +253,10 @@ struct Shared {
 	/// Whether a request was queued: later ones are refused.
 	requested: Cell<bool>,
 	/// WebTransport streams: the session id, the stream(s), bytes read past the header.
-	uni: Queue<(u64, RecvStream, Bytes)>,
-	bi: Queue<(u64, SendStream, RecvStream, Bytes)>,
+	pub(crate) uni: Queue<(u64, RecvStream, Bytes)>,
+	pub(crate) bi: Queue<(u64, SendStream, RecvStream, Bytes)>,
 	/// The session's code when the peer ended it (capsule or end of the CONNECT stream).
-	peer_code: Cell<Option<u64>>,
+	pub(crate) peer_code: Cell<Option<u64>>,
 }
 
 impl Shared {
@@ -307,7 +307,7 @@ impl Shared {
 	}
 
 	/// No more streams will come.
-	fn end(&self) {
+	pub(crate) fn end(&self) {
 		self.requests.close();
 		self.uni.close();
 		self.bi.close();
@@ -576,7 +576,7 @@ pub async fn connect(conn: &Connection, request: &ConnectRequest) -> Result<(Web
 
 /// Closes `conn` with `code` after a linger (three round trips, 50 ms to 1 s), so what was just
 /// written (a response, a close capsule) can arrive first.
-fn linger_close(conn: &Connection, code: u64, reason: &str) {
+pub(crate) fn linger_close(conn: &Connection, code: u64, reason: &str) {
 	let conn = conn.clone();
 	let reason = reason.to_owned();
 	let linger = (conn.rtt() * 3).clamp(LINGER_MIN, LINGER_MAX);
@@ -597,7 +597,7 @@ fn linger_close(conn: &Connection, code: u64, reason: &str) {
 	}));
 }
 
-fn noop_waiter() -> Waiter {
+pub(crate) fn noop_waiter() -> Waiter {
 	Waiter::new(Waker::noop().clone())
 }
 
@@ -606,17 +606,17 @@ fn session_id(id: StreamId) -> u64 {
 	VarInt::from(id).into_inner()
 }
 
-struct Session {
-	shared: Rc<Shared>,
-	id: u64,
+pub(crate) struct Session {
+	pub(crate) shared: Rc<Shared>,
+	pub(crate) id: u64,
 	/// The CONNECT stream's send half: the close capsule goes there.
-	connect: RefCell<Option<SendStream>>,
-	closing: Cell<bool>,
+	pub(crate) connect: RefCell<Option<SendStream>>,
+	pub(crate) closing: Cell<bool>,
 }
 
 /// moq-net's [`Transport`] over one WebTransport session. Cloning shares the session.
 #[derive(Clone)]
-pub struct WebTransport(Rc<Session>);
+pub struct WebTransport(pub(crate) Rc<Session>);
 
 impl WebTransport {
 	fn open(shared: Rc<Shared>, send: SendStream, recv: RecvStream) -> Self {
@@ -640,7 +640,7 @@ impl WebTransport {
 		self.0.id
 	}
 
-	fn header(&self, kind: u64) -> Bytes {
+	pub(crate) fn header(&self, kind: u64) -> Bytes {
 		let mut header = Vec::with_capacity(4);
 		h3::put_varint(&mut header, kind);
 		h3::put_varint(&mut header, self.0.id);
@@ -648,7 +648,7 @@ impl WebTransport {
 	}
 
 	/// The code the session ended with, once the connection has.
-	fn ended(&self, error: ConnectionError) -> u64 {
+	pub(crate) fn ended(&self, error: ConnectionError) -> u64 {
 		match (&error, self.0.shared.peer_code.get()) {
 			(_, Some(code)) => code,
 			(ConnectionError::ApplicationClosed(close), None) => {
@@ -659,7 +659,7 @@ impl WebTransport {
 		}
 	}
 
-	fn closed_now(&self) -> TransportError {
+	pub(crate) fn closed_now(&self) -> TransportError {
 		match self.0.shared.conn.poll_closed(&noop_waiter()) {
 			Poll::Ready(error) => TransportError::Closed(self.ended(error)),
 			Poll::Pending => TransportError::Closed(self.0.shared.peer_code.get().unwrap_or(0)),
@@ -718,227 +718,6 @@ async fn watch_connect_stream(shared: Rc<Shared>, recv: RecvStream) {
 		.conn
 		.close(h3::error_to_http3(code as u32), "session closed by the peer");
 	shared.end();
-}
-
-/// A send stream of a WebTransport session: its header goes first.
-pub struct WtSend {
-	stream: SendStream,
-	header: Bytes,
-}
-
-/// A receive stream of a WebTransport session: bytes read past its header come first.
-pub struct WtRecv {
-	stream: RecvStream,
-	rest: Bytes,
-}
-
-impl std::fmt::Debug for WtSend {
-	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("WtSend").field("id", &self.stream.id()).finish()
-	}
-}
-
-impl std::fmt::Debug for WtRecv {
-	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-		f.debug_struct("WtRecv").field("id", &self.stream.id()).finish()
-	}
-}
-
-/// A stream error as the session sees it: codes in the WebTransport space come back as the
-/// application's.
-fn map(error: StreamError) -> TransportError {
-	let app = |code: u64| h3::error_from_http3(code).map_or(code, u64::from);
-	match error {
-		StreamError::Reset(code) => TransportError::Reset(app(code)),
-		StreamError::Stopped(code) => TransportError::Stopped(app(code)),
-		StreamError::ConnectionLost(e) => TransportError::Closed(match &e {
-			ConnectionError::ApplicationClosed(close) => app(close.error_code.into_inner()),
-			_ => closed_code(&e),
-		}),
-		StreamError::Closed => TransportError::Invalid,
-	}
-}
-
-/// An application code as the WebTransport one on the wire (codes past 32 bits saturate).
-fn wire(code: u64) -> u64 {
-	h3::error_to_http3(u32::try_from(code).unwrap_or(u32::MAX))
-}
-
-impl WtSend {
-	fn new(mut stream: SendStream, mut header: Bytes, waiter: &Waiter) -> Self {
-		// A new stream's buffer takes its header at once; if not, poll_write sends it first.
-		let _ = stream.poll_write(waiter, &mut header);
-		Self { stream, header }
-	}
-}
-
-impl Transport for WebTransport {
-	type SendHalf = WtSend;
-	type RecvHalf = WtRecv;
-
-	fn poll_open_uni(&self, waiter: &Waiter) -> Poll<Result<WtSend, TransportError>> {
-		let conn = &self.0.shared.conn;
-		conn.poll_open(waiter, Dir::Uni).map(|r| {
-			r.map(|id| {
-				WtSend::new(
-					SendStream::new(conn.clone(), id),
-					self.header(stream_type::WEBTRANSPORT_UNI),
-					waiter,
-				)
-			})
-			.map_err(map)
-		})
-	}
-
-	fn poll_open_bi(&self, waiter: &Waiter) -> Poll<Result<(WtSend, WtRecv), TransportError>> {
-		let conn = &self.0.shared.conn;
-		conn.poll_open(waiter, Dir::Bi).map(|r| {
-			r.map(|id| {
-				let (send, recv) = conn.halves(id);
-				(
-					WtSend::new(send, self.header(stream_type::WEBTRANSPORT_BIDI), waiter),
-					WtRecv {
-						stream: recv,
-						rest: Bytes::new(),
-					},
-				)
-			})
-			.map_err(map)
-		})
-	}
-
-	fn poll_accept_uni(&self, waiter: &Waiter) -> Poll<Result<WtRecv, TransportError>> {
-		loop {
-			match self.0.shared.uni.poll_pop(waiter) {
-				Poll::Ready(Some((session, mut stream, rest))) => {
-					if session != self.0.id {
-						stream.stop(code::WT_BUFFERED_STREAM_REJECTED);
-						continue;
-					}
-					return Poll::Ready(Ok(WtRecv { stream, rest }));
-				}
-				Poll::Ready(None) => return Poll::Ready(Err(self.closed_now())),
-				Poll::Pending => return Poll::Pending,
-			}
-		}
-	}
-
-	fn poll_accept_bi(&self, waiter: &Waiter) -> Poll<Result<(WtSend, WtRecv), TransportError>> {
-		loop {
-			match self.0.shared.bi.poll_pop(waiter) {
-				Poll::Ready(Some((session, mut send, mut recv, rest))) => {
-					if session != self.0.id {
-						send.reset(code::WT_BUFFERED_STREAM_REJECTED);
-						recv.stop(code::WT_BUFFERED_STREAM_REJECTED);
-						continue;
-					}
-					return Poll::Ready(Ok((
-						WtSend {
-							stream: send,
-							header: Bytes::new(),
-						},
-						WtRecv { stream: recv, rest },
-					)));
-				}
-				Poll::Ready(None) => return Poll::Ready(Err(self.closed_now())),
-				Poll::Pending => return Poll::Pending,
-			}
-		}
-	}
-
-	fn send_datagram(&self, payload: Bytes) -> Result<(), TransportError> {
-		// HTTP datagrams carry the quarter stream id (RFC 9297 §2.1).
-		let mut datagram = Vec::with_capacity(payload.len() + 8);
-		h3::put_varint(&mut datagram, self.0.id / 4);
-		datagram.extend_from_slice(&payload);
-		self.0.shared.conn.send_datagram(Bytes::from(datagram)).map_err(map)
-	}
-
-	fn poll_recv_datagram(&self, waiter: &Waiter) -> Poll<Result<Bytes, TransportError>> {
-		loop {
-			let datagram = match self.0.shared.conn.poll_recv_datagram(waiter) {
-				Poll::Ready(Ok(datagram)) => datagram,
-				Poll::Ready(Err(err)) => return Poll::Ready(Err(map(err))),
-				Poll::Pending => return Poll::Pending,
-			};
-			let mut view = &datagram[..];
-			// Another session's datagrams, or ones without a prefix, are dropped.
-			if h3::get_varint(&mut view) == Ok(self.0.id / 4) {
-				let at = datagram.len() - view.len();
-				return Poll::Ready(Ok(datagram.slice(at..)));
-			}
-		}
-	}
-
-	fn close(&self, code: u64, reason: &str) {
-		if self.0.closing.replace(true) {
-			return;
-		}
-		let app = u32::try_from(code).unwrap_or(u32::MAX);
-		if let Some(mut send) = self.0.connect.borrow_mut().take() {
-			let _ = send.poll_write(&noop_waiter(), &mut Bytes::from(h3::close_capsule(app, reason)));
-			let _ = send.finish();
-		}
-		self.0.shared.end();
-		linger_close(&self.0.shared.conn, h3::error_to_http3(app), reason);
-	}
-
-	fn poll_closed(&self, waiter: &Waiter) -> Poll<u64> {
-		self.0.shared.conn.poll_closed(waiter).map(|error| self.ended(error))
-	}
-}
-
-impl moq_net::transport::SendStream for WtSend {
-	fn poll_write(&mut self, waiter: &Waiter, data: &mut Bytes) -> Poll<Result<(), TransportError>> {
-		if !self.header.is_empty() {
-			match self.stream.poll_write(waiter, &mut self.header) {
-				Poll::Ready(Ok(())) => {}
-				Poll::Ready(Err(err)) => return Poll::Ready(Err(map(err))),
-				Poll::Pending => return Poll::Pending,
-			}
-		}
-		self.stream.poll_write(waiter, data).map(|r| r.map_err(map))
-	}
-
-	fn finish(&mut self) -> Result<(), TransportError> {
-		if !self.header.is_empty() {
-			// Only a stream whose first write never went out; there is nothing to finish.
-			return Err(TransportError::Invalid);
-		}
-		self.stream.finish().map_err(map)
-	}
-
-	fn reset(&mut self, code: u64) {
-		self.stream.reset(wire(code));
-	}
-
-	fn set_priority(&mut self, priority: i32) {
-		self.stream.set_priority(priority);
-	}
-
-	fn set_group(&mut self, group: u64) {
-		self.stream.set_group(group);
-	}
-
-	fn poll_stopped(&mut self, waiter: &Waiter) -> Poll<Result<u64, TransportError>> {
-		self.stream.poll_stopped(waiter).map(|r| {
-			r.map(|code| h3::error_from_http3(code).map_or(code, u64::from))
-				.map_err(map)
-		})
-	}
-}
-
-impl moq_net::transport::RecvStream for WtRecv {
-	fn poll_read(&mut self, waiter: &Waiter) -> Poll<Result<Option<Bytes>, TransportError>> {
-		if !self.rest.is_empty() {
-			return Poll::Ready(Ok(Some(std::mem::take(&mut self.rest))));
-		}
-		self.stream.poll_read(waiter).map(|r| r.map_err(map))
-	}
-
-	fn stop(&mut self, code: u64) {
-		self.stream.stop(wire(code));
-	}
 }
 
 #[cfg(test)]

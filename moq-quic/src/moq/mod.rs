@@ -1,4 +1,5 @@
-//! moq-net's [`Transport`] over a QUIC [`Connection`].
+//! moq-net's [`Transport`] over a QUIC [`Connection`], and over a WebTransport session
+//! (`webtransport.rs`): the only MoQ-aware code of the crate.
 
 use std::task::Poll;
 
@@ -10,6 +11,9 @@ use quinn_proto::{ConnectionError, Dir};
 
 use crate::connection::{Connection, StreamError};
 use crate::stream::{RecvStream, SendStream};
+
+mod webtransport;
+pub use webtransport::{WtRecv, WtSend};
 
 /// The code a session sees for a connection that ended: the application's close code, or for
 /// ends QUIC itself decided (idle timeout, a transport error, a stateless reset) the moq-lite
