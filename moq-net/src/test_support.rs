@@ -10,6 +10,20 @@ use crate::model::{BroadcastConsumer, BroadcastProducer, Origin, Path, Publicati
 use crate::{Frame, Timestamp, TrackConsumer, TrackInfo, TrackProducer};
 use std::time::Duration;
 
+/// Bytes from hex notation, white space ignored (`01 07 01 ...`, `0xc0 00`): the spec pages'
+/// examples, pasted as they are.
+pub fn hex(text: &str) -> Vec<u8> {
+	let digits: String = text
+		.split_whitespace()
+		.map(|byte| byte.trim_start_matches("0x"))
+		.collect();
+	assert!(digits.len().is_multiple_of(2), "an odd number of hex digits: {text}");
+	(0..digits.len())
+		.step_by(2)
+		.map(|at| u8::from_str_radix(&digits[at..at + 2], 16).expect("hex digits"))
+		.collect()
+}
+
 /// A frame for group `seq`: its payload is `seq` (little-endian), its timestamp `seq × 33 ms`.
 pub fn frame(seq: u64) -> Frame {
 	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())

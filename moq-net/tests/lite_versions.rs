@@ -1,6 +1,7 @@
 //! moq-lite-04 and -03 against the exact bytes of docs/moq-lite-versions.md §4, both ways, next to
 //! the 05 bytes of the same value: every message whose encoding differs between the versions.
 
+use moq_net::test_support::hex;
 use std::time::Duration;
 
 use moq_net::Path;
@@ -11,13 +12,6 @@ use moq_net::lite::{
 };
 
 use Version::{Lite03, Lite04, Lite05};
-
-/// Bytes from the notes' hex notation (`01 07 01 ...`).
-fn hex(text: &str) -> Vec<u8> {
-	text.split_whitespace()
-		.map(|byte| u8::from_str_radix(byte, 16).unwrap())
-		.collect()
-}
 
 /// `value` encodes to exactly `bytes` in `version`, and `bytes` decode to exactly `value`.
 fn golden<T>(value: &T, version: Version, bytes: &str)

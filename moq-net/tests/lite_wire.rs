@@ -2,6 +2,7 @@
 //! input: truncation at every cut, trailing bytes, over-long lengths, over-deep paths, too many
 //! or duplicate SETUP parameters, zero timescale, invalid UTF-8, unknown stream and message types.
 
+use moq_net::test_support::hex;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -13,13 +14,6 @@ use moq_net::lite::{
 	GroupHeader, MAX_HOPS, MAX_MESSAGE_LEN, MAX_PARAMETERS, Probe, Setup, Subscribe, SubscribeResponse,
 	SubscribeUpdate, Track, TrackInfo,
 };
-
-/// Parses the spec's hex notation (`01 07 01 ...`).
-fn hex(text: &str) -> Vec<u8> {
-	text.split_whitespace()
-		.map(|byte| u8::from_str_radix(byte, 16).unwrap())
-		.collect()
-}
 
 fn encoded<T: Encode + ?Sized>(value: &T) -> Vec<u8> {
 	let mut out = Vec::new();

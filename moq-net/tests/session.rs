@@ -86,6 +86,50 @@ fn local_broadcast(origin: &Origin, name: &str) -> (BroadcastProducer, TrackProd
 	test_support::local_broadcast(origin, name, test_support::video(Duration::from_secs(7), 3))
 }
 
+/// A relay origin, a publisher client with broadcast `name` (one track "video") and a viewer
+/// client mirroring the relay's announcements, both connected at `path`: the set-up most tests
+/// here start from. The sessions live as long as it does.
+struct Through {
+	relay: Origin,
+	_publisher: Origin,
+	viewer: Origin,
+	broadcast: BroadcastProducer,
+	track: TrackProducer,
+	_publication: moq_net::model::Publication,
+	/// The publisher's client session and the relay's side of it.
+	publishing: Option<(Session<Memory>, Session<Memory>)>,
+	_watching: (Session<Memory>, Session<Memory>),
+}
+
+impl Through {
+	async fn new(name: &str, path: &str) -> Self {
+		let relay = Origin::new(RELAY_ID);
+		let publisher = Origin::new(1);
+		let (broadcast, track, publication) = local_broadcast(&publisher, name);
+		let publishing = connect(&relay, client(1, path), Some(&publisher), None).await;
+		let viewer = Origin::new(2);
+		let watching = connect(&relay, client(2, path), None, Some(&viewer)).await;
+		Self {
+			relay,
+			_publisher: publisher,
+			viewer,
+			broadcast,
+			track,
+			_publication: publication,
+			publishing: Some(publishing),
+			_watching: watching,
+		}
+	}
+
+	/// The viewer's subscription to the broadcast's "video", once announced.
+	async fn subscribe(&self, name: &str, subscription: Subscription) -> TrackConsumer {
+		announced(&self.viewer, name)
+			.await
+			.subscribe_track("video", subscription)
+			.unwrap()
+	}
+}
+
 fn sub(priority: u8) -> Subscription {
 	Subscription {
 		priority,
@@ -96,13 +140,10 @@ fn sub(priority: u8) -> Subscription {
 #[test]
 fn publish_then_subscribe_through_a_relay() {
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (_broadcast, track, _publication) = local_broadcast(&publisher, "bbb");
-		let (_p, _rp) = connect(&relay, client(1, "/live"), Some(&publisher), None).await;
+		let through = Through::new("bbb", "/live").await;
+		let viewer = &through.viewer;
+		let track = through.track.clone();
 
-		let viewer = Origin::new(2);
-		let (_s, _rs) = connect(&relay, client(2, "/live"), None, Some(&viewer)).await;
 		// Announced through the relay, under the connection path's root.
 		let broadcast = announced(&viewer, "bbb").await;
 		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
@@ -137,12 +178,10 @@ fn publish_then_subscribe_through_a_relay() {
 #[test]
 fn frames_of_every_size_arrive_whole_through_a_relay() {
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (_broadcast, track, _publication) = local_broadcast(&publisher, "sizes");
-		let (_p, _rp) = connect(&relay, client(1, "/live"), Some(&publisher), None).await;
-		let viewer = Origin::new(2);
-		let (_s, _rs) = connect(&relay, client(2, "/live"), None, Some(&viewer)).await;
+		let through = Through::new("sizes", "/live").await;
+		let viewer = &through.viewer;
+		let track = through.track.clone();
+
 		let mut cursor = announced(&viewer, "sizes")
 			.await
 			.subscribe_track("video", sub(1))
@@ -201,13 +240,9 @@ fn the_connection_path_roots_the_session() {
 #[test]
 fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
-		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
-		let early = Origin::new(2);
-		let (_ec, _er) = connect(&relay, client(2, ""), None, Some(&early)).await;
-		let mut first = announced(&early, "bbb").await.subscribe_track("video", sub(1)).unwrap();
+		let through = Through::new("bbb", "").await;
+		let track = &through.track;
+		let mut first = through.subscribe("bbb", sub(1)).await;
 		track.used().await;
 		for seq in 0..4 {
 			publish(&track, seq);
@@ -215,7 +250,7 @@ fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
 		assert_eq!(take(&mut first, 4).await.len(), 4);
 
 		let late = Origin::new(3);
-		let (_lc, _lr) = connect(&relay, client(3, ""), None, Some(&late)).await;
+		let (_lc, _lr) = connect(&through.relay, client(3, ""), None, Some(&late)).await;
 		let mut second = announced(&late, "bbb").await.subscribe_track("video", sub(1)).unwrap();
 		// The relay already holds 0..=3: the late viewer starts at 3, the latest.
 		let got = take(&mut second, 1).await;
@@ -229,15 +264,12 @@ fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
 #[test]
 fn downstream_demand_aggregates_into_one_upstream_subscription_and_cancels() {
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
-		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
-		let (a, b) = (Origin::new(2), Origin::new(3));
-		let (_ac, _ar) = connect(&relay, client(2, ""), None, Some(&a)).await;
-		let (_bc, _br) = connect(&relay, client(3, ""), None, Some(&b)).await;
+		let through = Through::new("bbb", "").await;
+		let track = &through.track;
+		let b = Origin::new(3);
+		let (_bc, _br) = connect(&through.relay, client(3, ""), None, Some(&b)).await;
 		let mut seen = 0;
-		let low = announced(&a, "bbb").await.subscribe_track("video", sub(1)).unwrap();
+		let low = through.subscribe("bbb", sub(1)).await;
 		let demand = track.subscription_changed(&mut seen).await.unwrap();
 		assert_eq!(demand.priority, 1);
 		let high = announced(&b, "bbb").await.subscribe_track("video", sub(5)).unwrap();
@@ -270,17 +302,16 @@ fn downstream_demand_aggregates_into_one_upstream_subscription_and_cancels() {
 
 #[test]
 fn a_viewer_after_a_pause_gets_the_publishers_fresh_numbering_not_the_stale_cache() {
-	// Before: the relay kept a track's cache for 10 s after its last subscriber left. The public
-	// JavaScript publisher serves each subscription from a track of its own, numbered from 0, so
-	// a viewer who came back within the 10 s was served the stale group 0 (a page's empty first
-	// catalog, say) and the fresh group 0 was refused as a duplicate.
+	// The public JavaScript publisher serves each subscription from a track of its own, numbered
+	// from 0: a relay that kept a track's cache after its last subscriber left would serve a
+	// viewer who came back the stale group 0 (a page's empty first catalog, say) and refuse the
+	// fresh group 0 as a duplicate.
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (broadcast, track, _publication) = local_broadcast(&publisher, "bbb");
-		let (_pc, _pr) = connect(&relay, client(1, ""), Some(&publisher), None).await;
-		let viewer = Origin::new(2);
-		let (_vc, _vr) = connect(&relay, client(2, ""), None, Some(&viewer)).await;
+		let through = Through::new("bbb", "").await;
+		let viewer = &through.viewer;
+		let broadcast = &through.broadcast;
+		let track = through.track.clone();
+
 		let mirrored = announced(&viewer, "bbb").await;
 
 		let mut first = mirrored.subscribe_track("video", sub(1)).unwrap();
@@ -339,12 +370,11 @@ fn a_broadcast_is_never_reflected_back_to_the_peer_it_came_from() {
 #[test]
 fn a_publisher_that_disconnects_ends_its_broadcast_for_subscribers() {
 	kio::block_on(async {
-		let relay = Origin::new(RELAY_ID);
-		let publisher = Origin::new(1);
-		let (_b, track, _p) = local_broadcast(&publisher, "bbb");
-		let (p_client, p_relay) = connect(&relay, client(1, ""), Some(&publisher), None).await;
-		let viewer = Origin::new(2);
-		let (_vc, _vr) = connect(&relay, client(2, ""), None, Some(&viewer)).await;
+		let mut through = Through::new("bbb", "").await;
+		let viewer = &through.viewer;
+		let track = through.track.clone();
+		let (p_client, p_relay) = through.publishing.take().unwrap();
+
 		let broadcast = announced(&viewer, "bbb").await;
 		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
 		track.used().await;

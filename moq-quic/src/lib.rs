@@ -311,9 +311,9 @@ pub const DEFAULT_RECEIVE_WINDOW: u32 = 4 << 20;
 
 /// The streams of each kind a peer may open when a connection starts. quinn-proto keeps a map
 /// entry for every stream the peer may open, from the handshake on, and its maps never shrink:
-/// at the 256 the relay used to allow from the start, the two maps were 34 KB of a relay's 99 KB
-/// per connection (dhat, fanout of 100 viewers), for viewers that open one or two streams; at 32
-/// they were 4.3 KB, at 16 about 2 KB. A peer that needs more gets them within a round trip of
+/// allowing 256 from the start, the two maps were 34 KB of a relay's 99 KB per connection (dhat,
+/// fanout of 100 viewers), for viewers that open one or two streams; at 32 they were 4.3 KB, at
+/// 16 about 2 KB. A peer that needs more gets them within a round trip of
 /// having half open (see [`Config::max_streams`]).
 pub const INITIAL_STREAMS: u32 = 16;
 

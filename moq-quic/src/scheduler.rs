@@ -54,20 +54,8 @@
 //! four levels of one group, a relay connection's case (`--sizes 2,4 --levels 2`), the array
 //! makes a level's retire and insert 213 to 260 and the reprioritize 88 to 137.
 //!
-//! What the levels' structures cost before, on the same benchmark (a level's retire and insert;
-//! reprioritize to a new priority): a binary heap, 501 to 1,146, growing with the levels; a
-//! hashed bitmap trie (its non-empty words in an open-addressing table, and a second table from
-//! priority to level), 567 to 690 and 293 to 385; the first version, on the slab crate and a
-//! `BTreeMap` of levels, 500 to 2,485 for that reprioritize. With the level map and level
-//! records beside it, 311 to 341 and 131 to 157 (reprioritizing to an existing level 97 to 139,
-//! retiring 97 to 99). From there (issue #15's table in `docs/bench.md` has each step): free
-//! lists through the records instead of `Vec`s of free slots took 3; no level records, the
-//! front mark and `recent` entries that hold leaves, 34 more (and moved the cost of a moved
-//! front into the map: 8 levels' reprioritize at the front 139 to 187); the lazy highest level,
-//! 30 at the front; one lookup to find or add a level, no key count in the tree, and retired
-//! records freed from the fields at hand, 43. Borrowing the slot vectors as slices helps too
-//! (see `enqueue`). Reprioritizing a group alone in its level to a priority no level has re-keys
-//! the level in place instead of dropping it and creating another.
+//! Reprioritizing a group alone in its level to a priority no level has re-keys the level in
+//! place instead of dropping it and creating another.
 //!
 //! # Lazy removal
 //!

@@ -699,7 +699,7 @@ mod tests {
 			let mut second = TcpStream::connect(addr).await.unwrap();
 			let mut third = TcpStream::connect(addr).await.unwrap();
 			// Accepted in order: the table is full at the third, and the first, idle the longest,
-			// makes room (before, the third was closed: idle clients held every slot).
+			// makes room (closing the third instead would let idle clients hold every slot).
 			let mut byte = [0u8; 1];
 			assert!(matches!(first.read(&mut byte).await, Ok(0) | Err(_)));
 			for stream in [&mut second, &mut third] {

@@ -393,8 +393,8 @@ mod tests {
 
 	#[test]
 	fn empty_frames_count_against_the_cap_and_the_pool() {
-		// Before, an empty frame cost the cap nothing: a group of a million of them stayed under
-		// any cap while holding a million entries.
+		// An empty frame that cost the cap nothing would let a group of a million of them stay
+		// under any cap while holding a million entries.
 		let pool = Pool::new(1 << 20);
 		let cap = 10 * ENTRY_OVERHEAD as usize;
 		let mut group = GroupProducer::with(0, cap, Some(pool.clone()));
@@ -418,8 +418,8 @@ mod tests {
 			group.write_frame(frame(byte, 100)).unwrap();
 		}
 		assert_eq!(group.write_frame(frame(3, 100)), Err(Error::Evicted));
-		// The frames written before are still cached, so still charged: releasing them here left
-		// the cache holding what the pool no longer counted (found in review).
+		// The frames written before are still cached, so still charged: releasing them here would
+		// leave the cache holding what the pool no longer counts.
 		assert_eq!(
 			pool.used(),
 			3 * (100 + ENTRY_OVERHEAD),

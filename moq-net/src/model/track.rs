@@ -193,7 +193,7 @@ pub(crate) struct TrackState {
 	/// The distinct requesters of `subscriptions`, with how many each has, kept as they come and
 	/// go: a spent request budget asks every requested track who holds it on each new request,
 	/// and walking the subscriptions made that cost grow with the subscriptions a peer opened
-	/// (a peer with many sessions of 1,024 subscriptions each to the same names, found in review).
+	/// (a peer with many sessions of 1,024 subscriptions each to the same names).
 	subscribers: Vec<(Option<u64>, usize)>,
 }
 

@@ -908,7 +908,7 @@ mod tests {
 
 	#[test]
 	fn the_readmes_table_of_options_is_the_one_help_makes() {
-		// Before, the module docs, the README and --help each had a table, and they had drifted.
+		// One table, made from --help: copies kept by hand drift.
 		let readme = include_str!("../../README.md");
 		let expected = options_table();
 		assert!(

@@ -907,8 +907,8 @@ mod tests {
 
 	#[test]
 	fn newer_groups_rank_higher_across_any_power_of_two() {
-		// Before, only the low 23 bits of the sequence counted: group 2^23 ranked below group
-		// 2^23 - 1, and a subscription crossing it sent its newest group last.
+		// If only the low 23 bits of the sequence counted, group 2^23 would rank below group
+		// 2^23 - 1, and a subscription crossing it would send its newest group last.
 		for boundary in [1u64 << 23, 1 << 24, 1 << 40, 1 << 62] {
 			let first = boundary - 100;
 			assert!(
@@ -923,8 +923,8 @@ mod tests {
 
 	#[test]
 	fn a_long_group_ages_from_when_it_was_superseded_not_from_when_it_began() {
-		// Found in review: a group open longer than the track's latency (a minute-long group of a
-		// clock) was reset as soon as the next group arrived, because its age counted from its start.
+		// A group open longer than the track's latency (a minute-long group of a clock) must not be
+		// reset as soon as the next group arrives, as it would be if its age counted from its start.
 		kio::block_on(async {
 			let budget = Budget::new(crate::lite::session::Limits::default(), None);
 			let mut flight = InFlight::new(64);

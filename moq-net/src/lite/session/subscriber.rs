@@ -209,9 +209,9 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 /// [`Limits::track_requests`](super::Limits::track_requests) at once over all the session's
 /// broadcasts. The budget is shared by every peer asking for them, so when it is spent a new
 /// request takes the place of another (see [`Requests::make_room`]), which ends with
-/// BoundsExceeded; only when none may go is the new one refused. Before, the newest was refused
-/// whatever the others were: names one viewer asked for (and left, or asked of a publisher slow
-/// to answer) kept every other viewer from the publisher's tracks.
+/// BoundsExceeded; only when none may go is the new one refused. Refusing the newest whatever the
+/// others were would let names one viewer asked for (and left, or asked of a publisher slow to
+/// answer) keep every other viewer from the publisher's tracks.
 async fn serve_requests<T: Transport + 'static>(inner: Rc<Inner<T>>, path: Path, broadcast: BroadcastProducer) {
 	let serving = Serving::new(&inner.requests);
 	while let Some(track) = broadcast.requested_track().await {
