@@ -1,34 +1,19 @@
 //! QUIC over real io_uring UDP sockets on loopback.
 
-use std::net::SocketAddr;
+mod common;
 
 use bytes::Bytes;
+use common::{ALPN, certificate, local, pinned_client};
 use moq_quic::{Certificate, Config, Connection, ConnectionError, Dir, Endpoint, StreamError, Verification};
-
-const ALPN: &[u8] = b"test/1";
 
 fn runtime() -> kio::Runtime {
 	kio::Builder::single().build().expect("a kio runtime")
 }
 
-fn local() -> SocketAddr {
-	"127.0.0.1:0".parse().unwrap()
-}
-
-fn certificate() -> Certificate {
-	Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap()
-}
-
 /// A server endpoint with `cert`, and a client endpoint pinning `pin`.
 fn pair(cert: &Certificate, pin: [u8; 32]) -> (Endpoint, Endpoint) {
 	let server = Endpoint::bind(local(), Config::new().with_server(cert, &[ALPN]).unwrap()).unwrap();
-	let client = Endpoint::bind(
-		local(),
-		Config::new()
-			.with_client(&Verification::Fingerprints(vec![pin]), &[ALPN])
-			.unwrap(),
-	)
-	.unwrap();
+	let client = Endpoint::bind(local(), pinned_client(pin)).unwrap();
 	(server, client)
 }
 

@@ -1,19 +1,15 @@
 //! A client whose address changes mid-connection, against a server of two workers sharing one
 //! port: the kernel hashes the new address to either worker, and the connection must go on.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::{ALPN, certificate, local, pinned_client};
 use kio::sync::Queue;
 use moq_quic::nat::Nat;
-use moq_quic::{Certificate, Config, Connection, Endpoint, Router, Verification};
-
-const ALPN: &[u8] = b"test/1";
-
-fn local() -> SocketAddr {
-	"127.0.0.1:0".parse().unwrap()
-}
+use moq_quic::{Config, Connection, Endpoint, Router};
 
 /// Serves `endpoint`: every bidirectional stream of every connection is echoed.
 async fn echo(endpoint: Endpoint) {
@@ -47,10 +43,10 @@ async fn round_trip(conn: &Connection, request: &'static [u8]) {
 
 #[test]
 fn a_client_whose_address_changes_keeps_its_connection_on_either_worker() {
-	// Before: the worker the new address hashed to did not know the connection and answered
-	// with a stateless reset, which ended it.
+	// Without the routing, the worker the new address hashes to does not know the connection and
+	// answers with a stateless reset, which ends it.
 	let runtime = kio::Builder::new().workers(2).build().expect("a kio runtime");
-	let cert = Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap();
+	let cert = certificate();
 	let pin = cert.fingerprint();
 	let router = Router::new(2, 1 << 20);
 	let server = Config::new()
@@ -73,13 +69,7 @@ fn a_client_whose_address_changes_keeps_its_connection_on_either_worker() {
 		drop(kio::spawn(echo(first)));
 
 		let mut nat = Nat::new(addr);
-		let client = Endpoint::bind(
-			local(),
-			Config::new()
-				.with_client(&Verification::Fingerprints(vec![pin]), &[ALPN])
-				.unwrap(),
-		)
-		.unwrap();
+		let client = Endpoint::bind(local(), pinned_client(pin)).unwrap();
 		let conn = client.connect(nat.addr(), "localhost").unwrap();
 		conn.established().await.unwrap();
 		round_trip(&conn, b"before").await;

@@ -1,5 +1,6 @@
-//! What the simulation tests share: a paused-clock runtime and a connected pair on a simulated
-//! network.
+//! What the tests share: a paused-clock runtime and a connected pair on a simulated network,
+//! and for the tests over real sockets, a loopback address, a certificate and a client
+//! configuration that pins it.
 
 #![allow(dead_code)] // Each test crate uses a different subset.
 
@@ -17,6 +18,23 @@ pub(crate) fn runtime() -> kio::Runtime {
 		.paused_clock(true)
 		.build()
 		.expect("a kio runtime")
+}
+
+/// An ephemeral port on loopback.
+pub(crate) fn local() -> SocketAddr {
+	"127.0.0.1:0".parse().unwrap()
+}
+
+/// A self-signed certificate for `localhost`.
+pub(crate) fn certificate() -> Certificate {
+	Certificate::self_signed(&["localhost"], moq_quic::tls::MAX_SELF_SIGNED_VALIDITY).unwrap()
+}
+
+/// A client configuration that pins `pin` and offers [`ALPN`].
+pub(crate) fn pinned_client(pin: [u8; 32]) -> Config {
+	Config::new()
+		.with_client(&Verification::Fingerprints(vec![pin]), &[ALPN])
+		.unwrap()
 }
 
 pub(crate) fn server_addr() -> SocketAddr {
