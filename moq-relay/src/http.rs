@@ -101,7 +101,8 @@ impl Routes {
 		self
 	}
 
-	fn respond(&self, head: &Head) -> Response {
+	/// The response to `head`, on a connection that reached us at `local`.
+	fn respond(&self, head: &Head, local: IpAddr) -> Response {
 		if head.method != "GET" && head.method != "HEAD" {
 			return Response::text(405, "method not allowed\n").header("allow", "GET, HEAD");
 		}
@@ -111,7 +112,7 @@ impl Routes {
 			.split_once('?')
 			.map_or(head.target.as_str(), |(path, _)| path);
 		match path {
-			"/" | "/index.html" => Response::new(200, "text/html; charset=utf-8", PAGE_HTML),
+			"/" | "/index.html" => Response::new(200, "text/html; charset=utf-8", page(local)),
 			"/app.js" => Response::new(200, "text/javascript; charset=utf-8", PAGE_SCRIPT),
 			"/health" => Response::text(200, "ok\n"),
 			// Browsers fetch it from a page on another origin to pin the certificate
@@ -301,6 +302,15 @@ fn parse(buf: &[u8]) -> Parsed {
 
 /// The relay's page.
 const PAGE_HTML: &str = include_str!("../web/src/index.html");
+
+/// Where the page's script learns the address its request reached the relay at.
+const PAGE_ADDRESS: &str = r#"<meta name="moq-relay-address" content="">"#;
+
+/// The page, told the address `local` its request reached (see `web/src/main.js`, `relayUrl`).
+fn page(local: IpAddr) -> String {
+	let tag = format!(r#"<meta name="moq-relay-address" content="{}">"#, local.to_canonical());
+	PAGE_HTML.replacen(PAGE_ADDRESS, &tag, 1)
+}
 /// The page's script: `moq-relay/web/src/main.js` and the public `@moq/watch`, `@moq/publish` and
 /// `@moq/net` packages (versions locked in `web/package-lock.json`), bundled by `web/build.mjs`.
 const PAGE_SCRIPT: &str = include_str!("../web/dist/app.js");
@@ -408,6 +418,7 @@ async fn close(mut stream: TcpStream, deadline: &mut Deadline) -> io::Result<()>
 async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -> io::Result<()> {
 	// Responses are written whole; Nagle would only hold a keep-alive response back.
 	stream.set_nodelay(true)?;
+	let local = stream.local_addr()?.ip();
 	let mut buf = Vec::with_capacity(1024);
 	let mut chunk = [0u8; 4096];
 	let mut deadline = Deadline::new(None);
@@ -457,7 +468,7 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 		idle.set(false);
 		deadline.set(Some(kio::time::now() + routes.timeout));
 		let keep_alive = head.keep_alive && !head.has_body;
-		let response = routes.respond(&head);
+		let response = routes.respond(&head, local);
 		let bytes = response.encode(head.method != "HEAD", !keep_alive);
 		write_all(&mut stream, &mut deadline, &bytes).await?;
 		if !keep_alive {
@@ -565,6 +576,9 @@ mod tests {
 				"{}",
 				page.body
 			);
+			// It says which address the request reached, for its script to dial the same.
+			let told = format!(r#"<meta name="moq-relay-address" content="{}">"#, addr.ip());
+			assert!(page.body.contains(&told), "{}", page.body);
 			let script = get(addr, "/app.js").await.unwrap();
 			assert_eq!(script.status, 200);
 			assert_eq!(script.content_type.as_deref(), Some("text/javascript; charset=utf-8"));

@@ -47,23 +47,9 @@ fn main() -> ExitCode {
 		// reads must not take the relay down with it.
 		use std::io::Write as _;
 		let mut out = std::io::stdout().lock();
-		let port = bound.quic.port();
-		let _ = writeln!(
-			out,
-			"moq-relay: QUIC (moq-lite-05, -04, -03; WebTransport over h3) on udp {}",
-			bound.quic
-		);
-		if let Some(http) = bound.http {
-			let _ = writeln!(
-				out,
-				"moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics"
-			);
+		for line in bound.banner() {
+			let _ = writeln!(out, "{line}");
 		}
-		let _ = writeln!(out, "moq-relay: certificate sha256 {}", bound.fingerprint);
-		let _ = writeln!(
-			out,
-			"moq-relay: connect to moqt://localhost:{port}/<path> (or https:// for WebTransport), e.g.\n  cargo run --release -p moq-relay --bin moq-clock -- publish moqt://localhost:{port}/demo\n  cargo run --release -p moq-relay --bin moq-clock -- subscribe moqt://localhost:{port}/demo"
-		);
 	});
 	match result {
 		Ok(()) => ExitCode::SUCCESS,

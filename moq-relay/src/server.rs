@@ -10,7 +10,7 @@
 //! accepting, closes its connections with [`SHUTDOWN_CODE`], and waits for them to drain, for at
 //! most the configured deadline; then the runtime ends.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -56,6 +56,45 @@ pub struct Bound {
 	pub http: Option<SocketAddr>,
 	/// SHA-256 of the certificate, lowercase hex.
 	pub fingerprint: String,
+}
+
+impl Bound {
+	/// The host a client on this machine reaches the relay by: `localhost` for a relay on every
+	/// address of both families, else the address it listens on (`127.0.0.1` for every IPv4
+	/// address: `localhost` may resolve to `::1` first, where nothing listens), bracketed if IPv6.
+	/// A browser that tries `::1` for `localhost` and gets no answer over UDP (no refusal, as TCP
+	/// gives) waits for ever.
+	pub fn host(&self) -> String {
+		match self.quic.ip() {
+			IpAddr::V6(ip) if ip.is_unspecified() => "localhost".into(),
+			IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".into(),
+			IpAddr::V6(ip) => format!("[{ip}]"),
+			IpAddr::V4(ip) => ip.to_string(),
+		}
+	}
+
+	/// What the binary prints once it serves: where, the certificate, and how to connect.
+	pub fn banner(&self) -> Vec<String> {
+		let host = self.host();
+		let port = self.quic.port();
+		let mut lines = vec![format!(
+			"moq-relay: QUIC (moq-lite-05, -04, -03; WebTransport over h3) on udp {}",
+			self.quic
+		)];
+		if let Some(http) = self.http {
+			lines.push(format!(
+				"moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics"
+			));
+			lines.push(format!("moq-relay: its page: http://{host}:{}/", http.port()));
+		}
+		lines.push(format!("moq-relay: certificate sha256 {}", self.fingerprint));
+		lines.push(format!(
+			"moq-relay: connect to moqt://{host}:{port}/<path> (or https:// for WebTransport), e.g.\n  \
+			 cargo run --release -p moq-relay --bin moq-clock -- publish moqt://{host}:{port}/demo\n  \
+			 cargo run --release -p moq-relay --bin moq-clock -- subscribe moqt://{host}:{port}/demo"
+		));
+		lines
+	}
 }
 
 /// A relay started on a thread of its own by [`spawn`]; shut down and joined when dropped.
@@ -243,4 +282,26 @@ pub(crate) async fn serve_endpoint(
 	}
 	stats.abort();
 	relay.stats.set_endpoint(index, endpoint.stats());
+}
+
+#[cfg(test)]
+mod tests {
+	use super::Bound;
+
+	#[test]
+	fn the_banner_names_the_address_the_relay_serves() {
+		let bound = |addr: &str| Bound {
+			quic: addr.parse().unwrap(),
+			http: Some(addr.parse().unwrap()),
+			fingerprint: "ab".repeat(32),
+		};
+		assert_eq!(bound("[::]:4443").host(), "localhost");
+		assert_eq!(bound("0.0.0.0:4443").host(), "127.0.0.1");
+		assert_eq!(bound("127.0.0.1:5000").host(), "127.0.0.1");
+		assert_eq!(bound("[::1]:5000").host(), "[::1]");
+		let banner = bound("127.0.0.1:5000").banner().join("\n");
+		assert!(banner.contains("moqt://127.0.0.1:5000/demo"), "{banner}");
+		assert!(banner.contains("its page: http://127.0.0.1:5000/"), "{banner}");
+		assert!(!banner.contains("localhost"), "{banner}");
+	}
 }

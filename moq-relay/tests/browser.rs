@@ -309,7 +309,9 @@ fn browsers_and_native_clients_through_the_relay() {
 fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 	let dir = driver();
 	let relay = Relay::start(1);
-	let page = format!("http://127.0.0.1:{}/", relay.bound.http.unwrap().port());
+	// Opened at `localhost` while the relay listens on 127.0.0.1 only: the page must reach the
+	// relay the way its own request did, whichever address Chromium tries first for the name.
+	let page = format!("http://localhost:{}/", relay.bound.http.unwrap().port());
 	const KEY: &[u8] = b"the page test's secret, 32+ bytes long";
 	let keys = KeyFile::hs256("page-auth", KEY);
 	let locked = Relay::start_with(

@@ -54,6 +54,9 @@ fn run(args: &[&str]) -> (ExitStatus, String, String) {
 fn stops_cleanly_on(signal: &str) {
 	let mut relay = Running::start();
 	assert_eq!(relay.quic.ip().to_string(), "127.0.0.1");
+	// It says to connect where it listens, not to `localhost` (which may be `::1`).
+	let port = relay.quic.port();
+	assert_eq!(relay.connect, format!("moqt://127.0.0.1:{port}/<path>"));
 	// With no --http-listen, HTTP is on TCP at the port the kernel picked for QUIC.
 	assert_eq!(relay.http, relay.quic);
 	kio::Builder::single().build().unwrap().block_on(async {

@@ -366,6 +366,8 @@ pub(crate) struct Running {
 	pub(crate) quic: SocketAddr,
 	pub(crate) http: SocketAddr,
 	pub(crate) fingerprint: String,
+	/// The URL the relay says to connect to.
+	pub(crate) connect: String,
 }
 
 impl Running {
@@ -385,9 +387,9 @@ impl Running {
 			let _ = stderr.read_to_string(&mut text);
 			text
 		});
-		let (mut quic, mut http, mut fingerprint) = (None, None, None);
+		let (mut quic, mut http, mut fingerprint, mut connect) = (None, None, None, None);
 		let start = Instant::now();
-		while quic.is_none() || http.is_none() || fingerprint.is_none() {
+		while quic.is_none() || http.is_none() || fingerprint.is_none() || connect.is_none() {
 			let left = PROCESS_LIMIT.saturating_sub(start.elapsed());
 			let Ok(line) = rx.recv_timeout(left) else {
 				let _ = child.kill();
@@ -404,6 +406,8 @@ impl Running {
 				http = Some(addr.parse::<SocketAddr>().expect("the HTTP address"));
 			} else if let Some(hex) = line.strip_prefix("moq-relay: certificate sha256 ") {
 				fingerprint = Some(hex.to_owned());
+			} else if let Some(rest) = line.strip_prefix("moq-relay: connect to ") {
+				connect = rest.split_whitespace().next().map(str::to_owned);
 			}
 		}
 		Self {
@@ -411,6 +415,7 @@ impl Running {
 			quic: quic.unwrap(),
 			http: http.unwrap(),
 			fingerprint: fingerprint.unwrap(),
+			connect: connect.unwrap(),
 		}
 	}
 

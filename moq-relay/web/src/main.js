@@ -26,9 +26,16 @@ const state = {
 };
 window.relayPage = state;
 
-/** The relay's URL for the moq clients, with the page's token. */
+/**
+ * The relay's URL for the moq clients, with the page's token. A page opened at `localhost`
+ * reaches the relay at the address its own request did (the relay writes it in the page):
+ * Chromium may try `::1` for WebTransport where HTTP fell back to `127.0.0.1`, and a relay
+ * listening on one of them only would never answer.
+ */
 function relayUrl() {
 	const url = new URL("/", location.href);
+	const address = document.querySelector('meta[name="moq-relay-address"]')?.content;
+	if (address && location.hostname === "localhost") url.hostname = address.includes(":") ? `[${address}]` : address;
 	if (token) url.searchParams.set("jwt", token);
 	return url;
 }
