@@ -68,6 +68,11 @@ bench-peers:
 bench-cluster:
 	cargo run --release -p bench --bin cluster -- --save
 
+# What a hostile peer can make the relay hold: moq-relay/tests/memory.rs's measurements, medians of
+# five runs, written to bench/results/relay-memory.md.
+bench-memory:
+	cargo run -p bench --bin relay-memory
+
 # The relay with its defaults: QUIC and HTTP on [::]:4443, a generated certificate, anonymous access.
 relay:
 	cargo run --release -p moq-relay
