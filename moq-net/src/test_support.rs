@@ -24,6 +24,21 @@ pub fn hex(text: &str) -> Vec<u8> {
 		.collect()
 }
 
+/// A fuzz input as streams: up to 32 of them, each a kind byte, a big-endian `u16` length and
+/// that many bytes (fewer if the input ends first). The session fuzz targets of moq-net and
+/// moq-quic open one stream per entry.
+pub fn fuzz_streams(data: &[u8]) -> Vec<(u8, &[u8])> {
+	let mut out = Vec::new();
+	let mut rest = data;
+	while rest.len() >= 3 && out.len() < 32 {
+		let kind = rest[0];
+		let len = usize::from(u16::from_be_bytes([rest[1], rest[2]])).min(rest.len() - 3);
+		out.push((kind, &rest[3..3 + len]));
+		rest = &rest[3 + len..];
+	}
+	out
+}
+
 /// A frame for group `seq`: its payload is `seq` (little-endian), its timestamp `seq × 33 ms`.
 pub fn frame(seq: u64) -> Frame {
 	Frame::new(Timestamp::new(seq * 33, 1000), seq.to_le_bytes().to_vec())

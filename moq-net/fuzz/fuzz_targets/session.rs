@@ -30,18 +30,6 @@ thread_local! {
 	static RUNTIME: RefCell<Option<kio::Runtime>> = const { RefCell::new(None) };
 }
 
-fn streams(data: &[u8]) -> Vec<(u8, &[u8])> {
-	let mut out = Vec::new();
-	let mut rest = data;
-	while rest.len() >= 3 && out.len() < 32 {
-		let kind = rest[0];
-		let len = usize::from(u16::from_be_bytes([rest[1], rest[2]])).min(rest.len() - 3);
-		out.push((kind, &rest[3..3 + len]));
-		rest = &rest[3 + len..];
-	}
-	out
-}
-
 async fn run(data: &[u8]) {
 	let relay = Origin::new(1);
 	let (broadcast, _publication) = relay
@@ -74,7 +62,7 @@ async fn run(data: &[u8]) {
 		}
 	}
 	let mut kept = Vec::new();
-	for (kind, bytes) in streams(data.get(1..).unwrap_or_default()) {
+	for (kind, bytes) in moq_net::test_support::fuzz_streams(data.get(1..).unwrap_or_default()) {
 		if kind & 1 == 0 {
 			let Ok(mut send) = peer.open_uni().await else { break };
 			let _ = send.write(Bytes::copy_from_slice(bytes)).await;

@@ -56,18 +56,6 @@ const PLAY: Duration = Duration::from_millis(500);
 /// one latency (10 ms); the rest is margin for the draining connection's timers.
 const WIND_DOWN: Duration = Duration::from_secs(3);
 
-fn streams(data: &[u8]) -> Vec<(u8, &[u8])> {
-	let mut out = Vec::new();
-	let mut rest = data;
-	while rest.len() >= 3 && out.len() < 32 {
-		let kind = rest[0];
-		let len = usize::from(u16::from_be_bytes([rest[1], rest[2]])).min(rest.len() - 3);
-		out.push((kind, &rest[3..3 + len]));
-		rest = &rest[3 + len..];
-	}
-	out
-}
-
 /// `future`'s output if it completes within `limit` of virtual time.
 async fn within<T>(limit: Duration, future: impl Future<Output = T>) -> Option<T> {
 	let mut future = pin!(future);
@@ -191,7 +179,7 @@ async fn run(data: &[u8]) {
 		Setup::new().with_origin(9).encode(&mut setup);
 		kept.extend(play(wt, 2, Bytes::from(setup)).await);
 	}
-	for (kind, bytes) in streams(data.get(1..).unwrap_or_default()) {
+	for (kind, bytes) in moq_net::test_support::fuzz_streams(data.get(1..).unwrap_or_default()) {
 		let bytes = Bytes::copy_from_slice(bytes);
 		let opened = match &session {
 			Some(wt) if kind & 8 != 0 => play(wt, kind, bytes).await,

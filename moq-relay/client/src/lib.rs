@@ -183,9 +183,30 @@ impl Client {
 			(Trust::FetchFingerprint, _) | (_, Scheme::Http) => fetch_fingerprint(addr).await?,
 		};
 		let endpoint = self.endpoint_for(addr)?;
+		let alpn = match url.scheme {
+			Scheme::Moqt => moq_quic::ALPN_MOQ_LITE_05,
+			Scheme::Https | Scheme::Http => h3::ALPN,
+		};
+		let connection = handshake(&endpoint, addr, url, &verification, alpn).await?;
 		let (peer, protocol, inner) = match url.scheme {
-			Scheme::Moqt => self.raw_quic(&endpoint, addr, url, &verification).await?,
-			Scheme::Https | Scheme::Http => self.webtransport(&endpoint, addr, url, &verification).await?,
+			Scheme::Moqt => {
+				let (session, peer) = self.start(&connection, Some(url.path.clone())).await?;
+				let protocol = String::from_utf8_lossy(alpn).into_owned();
+				(peer, Some(protocol), Inner::Quic { connection, session })
+			}
+			Scheme::Https | Scheme::Http => {
+				let request = ConnectRequest {
+					authority: url.authority(),
+					path: url.path.clone(),
+					protocols: vec![String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned()],
+					origin: None,
+				};
+				let (transport, response) = webtransport::connect(&connection, &request)
+					.await
+					.context("WebTransport CONNECT")?;
+				let (session, peer) = self.start(&transport, None).await?;
+				(peer, response.protocol, Inner::WebTransport { transport, session })
+			}
 		};
 		Ok(Session {
 			peer,
@@ -242,40 +263,6 @@ impl Client {
 			self.subscribe.clone(),
 		);
 		Ok((session, peer))
-	}
-
-	async fn raw_quic(
-		&self,
-		endpoint: &Endpoint,
-		addr: SocketAddr,
-		url: &Url,
-		verification: &Verification,
-	) -> anyhow::Result<(PeerSetup, Option<String>, Inner)> {
-		let connection = handshake(endpoint, addr, url, verification, moq_quic::ALPN_MOQ_LITE_05).await?;
-		let (session, peer) = self.start(&connection, Some(url.path.clone())).await?;
-		let protocol = Some(String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned());
-		Ok((peer, protocol, Inner::Quic { connection, session }))
-	}
-
-	async fn webtransport(
-		&self,
-		endpoint: &Endpoint,
-		addr: SocketAddr,
-		url: &Url,
-		verification: &Verification,
-	) -> anyhow::Result<(PeerSetup, Option<String>, Inner)> {
-		let connection = handshake(endpoint, addr, url, verification, h3::ALPN).await?;
-		let request = ConnectRequest {
-			authority: url.authority(),
-			path: url.path.clone(),
-			protocols: vec![String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned()],
-			origin: None,
-		};
-		let (transport, response) = webtransport::connect(&connection, &request)
-			.await
-			.context("WebTransport CONNECT")?;
-		let (session, peer) = self.start(&transport, None).await?;
-		Ok((peer, response.protocol, Inner::WebTransport { transport, session }))
 	}
 }
 
