@@ -145,7 +145,7 @@ fn publish_then_subscribe_through_a_relay() {
 		let track = through.track.clone();
 
 		// Announced through the relay, under the connection path's root.
-		let broadcast = announced(&viewer, "bbb").await;
+		let broadcast = announced(viewer, "bbb").await;
 		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
 		// TRACK_INFO came from the publisher, through the relay.
 		let info = cursor.info_known().await.unwrap();
@@ -182,7 +182,7 @@ fn frames_of_every_size_arrive_whole_through_a_relay() {
 		let viewer = &through.viewer;
 		let track = through.track.clone();
 
-		let mut cursor = announced(&viewer, "sizes")
+		let mut cursor = announced(viewer, "sizes")
 			.await
 			.subscribe_track("video", sub(1))
 			.unwrap();
@@ -245,7 +245,7 @@ fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
 		let mut first = through.subscribe("bbb", sub(1)).await;
 		track.used().await;
 		for seq in 0..4 {
-			publish(&track, seq);
+			publish(track, seq);
 		}
 		assert_eq!(take(&mut first, 4).await.len(), 4);
 
@@ -255,7 +255,7 @@ fn a_subscriber_joining_mid_stream_starts_at_the_latest_group() {
 		// The relay already holds 0..=3: the late viewer starts at 3, the latest.
 		let got = take(&mut second, 1).await;
 		assert_eq!(got, vec![(3, 3)]);
-		publish(&track, 4);
+		publish(track, 4);
 		assert_eq!(take(&mut second, 1).await, vec![(4, 4)]);
 		assert_eq!(take(&mut first, 1).await, vec![(4, 4)]);
 	});
@@ -312,7 +312,7 @@ fn a_viewer_after_a_pause_gets_the_publishers_fresh_numbering_not_the_stale_cach
 		let broadcast = &through.broadcast;
 		let track = through.track.clone();
 
-		let mirrored = announced(&viewer, "bbb").await;
+		let mirrored = announced(viewer, "bbb").await;
 
 		let mut first = mirrored.subscribe_track("video", sub(1)).unwrap();
 		track.used().await;
@@ -375,7 +375,7 @@ fn a_publisher_that_disconnects_ends_its_broadcast_for_subscribers() {
 		let track = through.track.clone();
 		let (p_client, p_relay) = through.publishing.take().unwrap();
 
-		let broadcast = announced(&viewer, "bbb").await;
+		let broadcast = announced(viewer, "bbb").await;
 		let mut cursor = broadcast.subscribe_track("video", sub(1)).unwrap();
 		track.used().await;
 		publish(&track, 0);
