@@ -614,7 +614,7 @@ pub(crate) struct Session {
 	pub(crate) closing: Cell<bool>,
 }
 
-/// moq-net's [`Transport`] over one WebTransport session. Cloning shares the session.
+/// moq-net's [`Transport`](moq_net::transport::Transport) over one WebTransport session. Cloning shares the session.
 #[derive(Clone)]
 pub struct WebTransport(pub(crate) Rc<Session>);
 

@@ -108,7 +108,7 @@ struct RawJwk {
 }
 
 impl Keys {
-	/// Reads a key file (see the [module docs](self)).
+	/// Reads a key file (see the [module docs](crate::auth)).
 	pub fn load(path: &FsPath) -> anyhow::Result<Self> {
 		let text =
 			std::fs::read_to_string(path).with_context(|| format!("auth: reading key file {}", path.display()))?;
