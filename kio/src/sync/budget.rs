@@ -16,12 +16,16 @@
 //! counts are keyed (per source address, say) implements it too, and its charges are the same
 //! guard.
 
+#[cfg(not(loom))]
 use std::collections::HashMap;
 use std::fmt;
+#[cfg(not(loom))]
 use std::hash::Hash;
 
+use super::Arc;
+#[cfg(not(loom))]
+use super::Mutex;
 use super::atomic::{AtomicU64, Ordering};
-use super::{Arc, Mutex};
 
 /// Something a [`Charge`] takes from and gives back to.
 pub trait Account {
@@ -39,7 +43,7 @@ pub struct Budget {
 }
 
 struct Node {
-	capacity: u64,
+	capacity: AtomicU64,
 	used: AtomicU64,
 	parent: Option<Budget>,
 }
@@ -63,7 +67,7 @@ impl Budget {
 	fn with_parent(capacity: u64, parent: Option<Self>) -> Self {
 		Self {
 			node: Arc::new(Node {
-				capacity,
+				capacity: AtomicU64::new(capacity),
 				used: AtomicU64::new(0),
 				parent,
 			}),
@@ -72,7 +76,13 @@ impl Budget {
 
 	/// The capacity.
 	pub fn capacity(&self) -> u64 {
-		self.node.capacity
+		self.node.capacity.load(Ordering::Relaxed)
+	}
+
+	/// Changes the capacity. What is charged stays charged: a budget made smaller than what it
+	/// holds refuses every take until enough is given back ([`is_over`](Self::is_over) says so).
+	pub fn set_capacity(&self, capacity: u64) {
+		self.node.capacity.store(capacity, Ordering::Relaxed);
 	}
 
 	/// What is charged now.
@@ -82,7 +92,7 @@ impl Budget {
 
 	/// What a charge could still take here, ancestors aside.
 	pub fn room(&self) -> u64 {
-		self.node.capacity.saturating_sub(self.used())
+		self.capacity().saturating_sub(self.used())
 	}
 
 	/// The parent, if any.
@@ -93,17 +103,17 @@ impl Budget {
 	/// Whether more is charged than the capacity, here or in an ancestor (a [`Charge::force`]
 	/// can put it there).
 	pub fn is_over(&self) -> bool {
-		self.used() > self.node.capacity || self.parent().is_some_and(Self::is_over)
+		self.used() > self.capacity() || self.parent().is_some_and(Self::is_over)
 	}
 
 	/// Whether `amount` more would fit, here and in every ancestor.
 	pub fn has_room(&self, amount: u64) -> bool {
-		self.used().saturating_add(amount) <= self.node.capacity && self.parent().is_none_or(|p| p.has_room(amount))
+		self.used().saturating_add(amount) <= self.capacity() && self.parent().is_none_or(|p| p.has_room(amount))
 	}
 
 	/// Whether `amount` could ever fit: no more than the capacity here and in every ancestor.
 	pub fn could_fit(&self, amount: u64) -> bool {
-		amount <= self.node.capacity && self.parent().is_none_or(|p| p.could_fit(amount))
+		amount <= self.capacity() && self.parent().is_none_or(|p| p.could_fit(amount))
 	}
 
 	/// A charge of `amount`, if it fits here and in every ancestor.
@@ -132,10 +142,11 @@ impl Budget {
 impl Account for Budget {
 	fn try_take(&self, amount: u64) -> bool {
 		let node = &*self.node;
+		let capacity = node.capacity.load(Ordering::Relaxed);
 		let taken = node
 			.used
 			.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-				used.checked_add(amount).filter(|after| *after <= node.capacity)
+				used.checked_add(amount).filter(|after| *after <= capacity)
 			})
 			.is_ok();
 		if !taken {
@@ -159,11 +170,44 @@ impl Account for Budget {
 	}
 }
 
+/// Two accounts charged together, all or nothing: a session's share of a resource and the
+/// memory of the connection it runs on, say.
+impl<A: Account, B: Account> Account for (A, B) {
+	fn try_take(&self, amount: u64) -> bool {
+		if !self.0.try_take(amount) {
+			return false;
+		}
+		if !self.1.try_take(amount) {
+			self.0.give(amount);
+			return false;
+		}
+		true
+	}
+
+	fn give(&self, amount: u64) {
+		self.0.give(amount);
+		self.1.give(amount);
+	}
+}
+
+/// An account that may be absent: `None` takes anything and holds nothing.
+impl<A: Account> Account for Option<A> {
+	fn try_take(&self, amount: u64) -> bool {
+		self.as_ref().is_none_or(|account| account.try_take(amount))
+	}
+
+	fn give(&self, amount: u64) {
+		if let Some(account) = self {
+			account.give(amount);
+		}
+	}
+}
+
 impl fmt::Debug for Budget {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		f.debug_struct("Budget")
 			.field("used", &self.used())
-			.field("capacity", &self.node.capacity)
+			.field("capacity", &self.capacity())
 			.field("parent", &self.node.parent)
 			.finish()
 	}
@@ -256,6 +300,7 @@ impl<A: Account + fmt::Debug> fmt::Debug for Charge<A> {
 
 /// Counts per key (a source address, say), each at most `per_key`, all of them charged to one
 /// [`Budget`] too. A key is forgotten once it holds nothing.
+#[cfg(not(loom))]
 pub struct Keyed<K> {
 	per_key: u64,
 	total: Budget,
@@ -263,11 +308,13 @@ pub struct Keyed<K> {
 }
 
 /// The share of one key in a [`Keyed`]: the account its charges take from.
+#[cfg(not(loom))]
 pub struct KeyAccount<K: Hash + Eq + Clone> {
 	keyed: Arc<Keyed<K>>,
 	key: K,
 }
 
+#[cfg(not(loom))]
 impl<K: Hash + Eq + Clone> Keyed<K> {
 	/// Keys of at most `per_key` each, together charged to `total`.
 	pub fn new(per_key: u64, total: Budget) -> Arc<Self> {
@@ -321,6 +368,7 @@ impl<K: Hash + Eq + Clone> Keyed<K> {
 	}
 }
 
+#[cfg(not(loom))]
 impl<K: Hash + Eq + Clone> Account for KeyAccount<K> {
 	fn try_take(&self, amount: u64) -> bool {
 		let mut counts = self.keyed.lock();
@@ -347,6 +395,7 @@ impl<K: Hash + Eq + Clone> Account for KeyAccount<K> {
 	}
 }
 
+#[cfg(not(loom))]
 impl<K: Hash + Eq + Clone> KeyAccount<K> {
 	/// The key.
 	pub fn key(&self) -> &K {
@@ -354,6 +403,7 @@ impl<K: Hash + Eq + Clone> KeyAccount<K> {
 	}
 }
 
+#[cfg(not(loom))]
 impl<K> fmt::Debug for Keyed<K> {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		f.debug_struct("Keyed")
@@ -363,9 +413,97 @@ impl<K> fmt::Debug for Keyed<K> {
 	}
 }
 
+#[cfg(not(loom))]
 impl<K: Hash + Eq + Clone + fmt::Debug> fmt::Debug for KeyAccount<K> {
 	fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 		f.debug_struct("KeyAccount").field("key", &self.key).finish()
+	}
+}
+
+/// Per-key budgets under one total (the relay's memory ceiling, per source address), each
+/// allowed a fair share: the larger of `floor` and the total's capacity divided among the keys
+/// that hold a budget now. A key's budget lives while some handle of it does, and the shares are
+/// set again when a key comes or goes ([`rebalance`](Self::rebalance)), so a key that was alone
+/// and took much finds its share shrunk when others come: it is refused more until it gives back.
+#[cfg(not(loom))]
+pub struct Shares<K> {
+	total: Budget,
+	floor: u64,
+	keys: Mutex<HashMap<K, Budget>>,
+}
+
+#[cfg(not(loom))]
+impl<K: Hash + Eq + Clone> Shares<K> {
+	/// Shares of `total`, none smaller than `floor`.
+	pub fn new(total: Budget, floor: u64) -> Self {
+		Self {
+			total,
+			floor,
+			keys: Mutex::new(HashMap::new()),
+		}
+	}
+
+	/// The budget of `key`, a child of the total at the fair share; made if `key` holds none.
+	pub fn get(&self, key: &K) -> Budget {
+		let mut keys = self.lock();
+		if let Some(budget) = keys.get(key) {
+			return budget.clone();
+		}
+		let budget = self.total.child(self.floor);
+		keys.insert(key.clone(), budget.clone());
+		self.rebalance_locked(&mut keys);
+		budget
+	}
+
+	/// Forgets the keys nobody holds a budget of, and sets every key's share again.
+	pub fn rebalance(&self) {
+		let mut keys = self.lock();
+		self.rebalance_locked(&mut keys);
+	}
+
+	fn rebalance_locked(&self, keys: &mut HashMap<K, Budget>) {
+		keys.retain(|_, budget| Arc::strong_count(&budget.node) > 1 || budget.used() > 0);
+		let share = self.share_of(keys.len());
+		for budget in keys.values() {
+			budget.set_capacity(share);
+		}
+	}
+
+	fn share_of(&self, keys: usize) -> u64 {
+		(self.total.capacity() / keys.max(1) as u64).max(self.floor)
+	}
+
+	/// Each key's share now.
+	pub fn share(&self) -> u64 {
+		self.share_of(self.lock().len())
+	}
+
+	/// How many keys hold a budget.
+	pub fn keys(&self) -> usize {
+		self.lock().len()
+	}
+
+	/// The key whose budget holds the most, and what it holds.
+	pub fn greediest(&self) -> Option<(K, u64)> {
+		let keys = self.lock();
+		(keys.iter())
+			.map(|(key, budget)| (key, budget.used()))
+			.max_by_key(|(_, used)| *used)
+			.map(|(key, used)| (key.clone(), used))
+	}
+
+	/// What `key` holds now.
+	pub fn held(&self, key: &K) -> u64 {
+		self.lock().get(key).map_or(0, Budget::used)
+	}
+
+	/// The budget every key's takes from.
+	pub fn total(&self) -> &Budget {
+		&self.total
+	}
+
+	fn lock(&self) -> super::MutexGuard<'_, HashMap<K, Budget>> {
+		self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 	}
 }
 
@@ -422,6 +560,39 @@ mod tests {
 		assert!(gauge.could_fit(u64::MAX) && !sessions[0].could_fit(3));
 		drop(held);
 		assert_eq!(gauge.used(), 0);
+	}
+
+	#[test]
+	fn pairs_are_charged_together_or_not_at_all() {
+		let (a, b) = (Budget::new(10), Budget::new(5));
+		let pair = Charge::take((a.clone(), b.clone()), 5).expect("both have room");
+		assert!(Charge::take((a.clone(), b.clone()), 1).is_none(), "b is full");
+		assert_eq!((a.used(), b.used()), (5, 5), "a gave back what b refused");
+		drop(pair);
+		assert_eq!((a.used(), b.used()), (0, 0));
+		let alone = Charge::take((a.clone(), None::<Budget>), 7).expect("no second account");
+		assert_eq!(alone.amount(), 7);
+	}
+
+	#[test]
+	fn shares_divide_the_total_among_the_keys_that_hold_one() {
+		let shares = Shares::new(Budget::new(1000), 100);
+		let a = shares.get(&0u32);
+		assert_eq!(a.capacity(), 1000, "alone, a key may take it all");
+		let mut held = a.charge(900).expect("room");
+		let b = shares.get(&1);
+		assert_eq!((a.capacity(), b.capacity()), (500, 500));
+		assert!(a.charge(1).is_none(), "a holds more than its share now");
+		let _b = b.charge(100).expect("b takes its share while a is over");
+		assert_eq!(shares.greediest(), Some((0, 900)));
+		held.shrink(500);
+		assert!(a.charge(50).is_some(), "back under its share");
+		let c: Vec<Budget> = (2..22).map(|key| shares.get(&key)).collect();
+		assert_eq!(c[0].capacity(), 100, "never below the floor");
+		drop((c, held, _b, b));
+		shares.rebalance();
+		assert_eq!(shares.keys(), 1, "only a's handle is left");
+		assert_eq!(a.capacity(), 1000);
 	}
 
 	#[test]

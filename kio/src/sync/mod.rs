@@ -20,7 +20,9 @@ mod lock;
 mod queue;
 mod state;
 
-pub use budget::{Account, Budget, Charge, KeyAccount, Keyed};
+pub use budget::{Account, Budget, Charge};
+#[cfg(not(loom))]
+pub use budget::{KeyAccount, Keyed, Shares};
 pub use lock::{Lock, LockGuard};
 pub use queue::{PushError, Queue};
 pub use state::{Consumer, Mut, Producer, Ref};
