@@ -570,7 +570,7 @@ mod tests {
 		assert_eq!((a.used(), b.used()), (5, 5), "a gave back what b refused");
 		drop(pair);
 		assert_eq!((a.used(), b.used()), (0, 0));
-		let alone = Charge::take((a.clone(), None::<Budget>), 7).expect("no second account");
+		let alone = Charge::take((a, None::<Budget>), 7).expect("no second account");
 		assert_eq!(alone.amount(), 7);
 	}
 
