@@ -270,6 +270,8 @@ pub(crate) struct ConnState {
 	unannounced: bool,
 	/// What all send streams hold queued, against [`crate::Config::send_buffer`].
 	queue: QueueBudget,
+	/// What the connection is charged, if its endpoint charges memory.
+	memory: Option<Memory>,
 }
 
 /// The bytes a connection's send streams hold queued (not yet handed to quinn-proto), all
@@ -305,6 +307,17 @@ fn queued(half: &SendHalf) -> usize {
 	half.queued.amount() as usize
 }
 
+/// What an accepted connection is charged, when its endpoint charges memory
+/// ([`crate::Config::with_memory`]).
+pub(crate) struct Memory {
+	/// The connection's own budget, under its address's.
+	pub(crate) budget: Budget,
+	/// [`crate::CONNECTION_COST`], held while the connection lives.
+	pub(crate) _cost: Charge,
+	/// Its connection receive window, as granted.
+	pub(crate) window: Charge,
+}
+
 /// A connection's state, shared by its handles and its driver.
 pub(crate) struct ConnShared {
 	pub(crate) handle: ConnectionHandle,
@@ -320,6 +333,7 @@ impl ConnShared {
 		gso_segments: usize,
 		max_streams: u32,
 		send_buffer: usize,
+		memory: Option<Memory>,
 	) -> Rc<Self> {
 		let unannounced = proto.side().is_server();
 		let max_streams = u64::from(max_streams);
@@ -354,9 +368,13 @@ impl ConnShared {
 				unsent: 0,
 				unannounced,
 				queue: QueueBudget {
-					bytes: Budget::new(send_buffer as u64),
+					bytes: match &memory {
+						Some(memory) => memory.budget.child(send_buffer as u64),
+						None => Budget::new(send_buffer as u64),
+					},
 					waiters: WaiterList::new(),
 				},
+				memory,
 			}),
 		})
 	}
@@ -984,6 +1002,33 @@ impl Connection {
 	/// The current round-trip estimate.
 	pub fn rtt(&self) -> std::time::Duration {
 		self.state().proto.rtt()
+	}
+
+	/// The budget this connection's memory is charged to, if its endpoint charges memory
+	/// ([`crate::Config::with_memory`]): what it costs, its receive window and its send queues
+	/// are charged there already; the application charges what it holds for the connection too.
+	pub fn memory(&self) -> Option<Budget> {
+		self.state().memory.as_ref().map(|memory| memory.budget.clone())
+	}
+
+	/// Makes the connection's receive window, over all its streams, `bytes`: what the peer may
+	/// send that we have not read. On a connection whose memory is charged, growing it charges the
+	/// difference and is refused (`false`, the window unchanged) if the budget has no room;
+	/// shrinking gives the difference back at once (quinn-proto takes the credit back as the peer
+	/// uses what it was granted, so the peer may hold the old window for a round trip).
+	pub fn set_receive_window(&self, bytes: u64) -> bool {
+		let mut state = self.state();
+		let state = &mut *state;
+		if let Some(memory) = &mut state.memory
+			&& !memory.window.resize(bytes)
+		{
+			return false;
+		}
+		state
+			.proto
+			.set_receive_window(VarInt::from_u64(bytes).unwrap_or(VarInt::MAX));
+		state.mark_dirty();
+		true
 	}
 
 	/// Bytes this connection's send streams hold queued, not yet handed to quinn-proto (at most

@@ -32,6 +32,7 @@ use kio::net::{Ecn, UdpConfig, UdpSocket};
 use kio::{JoinHandle, Waiter, WaiterList};
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint};
 
+use crate::connection::Memory;
 use crate::connection::{self, ConnShared, Connection};
 use crate::idhash::IdMap;
 use crate::limits::{Admit, Handshake};
@@ -321,7 +322,10 @@ impl Endpoint {
 			.borrow_mut()
 			.proto
 			.connect(now, client, addr, server_name)?;
-		Ok(Connection::new(adopt(&self.0.shared, handle, conn), Some(self.clone())))
+		Ok(Connection::new(
+			adopt(&self.0.shared, handle, conn, None),
+			Some(self.clone()),
+		))
 	}
 
 	/// The next connection a client opened to this endpoint, once its handshake is complete;
@@ -394,7 +398,29 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// Puts a new connection in the table and starts its driver.
-fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_proto::Connection) -> Rc<ConnShared> {
+/// The memory a new connection from `ip` is charged, if the configuration charges any: its own
+/// budget under the address's, holding [`CONNECTION_COST`](crate::CONNECTION_COST) and its
+/// starting receive window; `Err` if the address's budget cannot take that.
+fn memory_for(config: &Config, ip: IpAddr) -> Result<Option<Memory>, ()> {
+	let Some(accounts) = &config.memory else {
+		return Ok(None);
+	};
+	let budget = accounts(ip).child(u64::MAX);
+	let base = budget.charge(crate::CONNECTION_COST).ok_or(())?;
+	let window = budget.charge(config.server_window).ok_or(())?;
+	Ok(Some(Memory {
+		budget,
+		_cost: base,
+		window,
+	}))
+}
+
+fn adopt(
+	shared: &Rc<EndpointShared>,
+	handle: ConnectionHandle,
+	conn: quinn_proto::Connection,
+	memory: Option<Memory>,
+) -> Rc<ConnShared> {
 	let (gso, max_streams, send_buffer) = {
 		let state = shared.state.borrow();
 		let gso = match &shared.io {
@@ -411,6 +437,7 @@ fn adopt(shared: &Rc<EndpointShared>, handle: ConnectionHandle, conn: quinn_prot
 		gso.max(1),
 		max_streams,
 		send_buffer,
+		memory,
 	);
 	shared.state.borrow_mut().conns.insert(handle, conn.clone());
 	let driver = kio::spawn(connection::drive(conn.clone()));
@@ -552,19 +579,25 @@ impl EndpointShared {
 				};
 				// A refusal or a Retry is a stateless answer; an accepted connection gets a driver.
 				let answer = match admit {
-					Admit::Accept(handshake) => match state.proto.accept(incoming, now, &mut response, None) {
-						Ok((handle, conn)) => {
-							state.handshaking.insert(handle, handshake);
-							drop(state);
-							// Its driver hands it to `accept` once the handshake is complete.
-							adopt(self, handle, conn);
-							state = self.state.borrow_mut();
-							None
-						}
-						Err(error) => {
+					Admit::Accept(handshake) => match (memory_for(&state.config, ip), incoming) {
+						(Err(()), incoming) => {
 							state.stats.refused += 1;
-							error.response
+							Some(state.proto.refuse(incoming, &mut response))
 						}
+						(Ok(memory), incoming) => match state.proto.accept(incoming, now, &mut response, None) {
+							Ok((handle, conn)) => {
+								state.handshaking.insert(handle, handshake);
+								drop(state);
+								// Its driver hands it to `accept` once the handshake is complete.
+								adopt(self, handle, conn, memory);
+								state = self.state.borrow_mut();
+								None
+							}
+							Err(error) => {
+								state.stats.refused += 1;
+								error.response
+							}
+						},
 					},
 					Admit::Retry => match state.proto.retry(incoming, &mut response) {
 						Ok(transmit) => Some(transmit),

@@ -39,6 +39,7 @@ mod stream;
 pub mod tls;
 pub mod webtransport;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,7 +124,23 @@ pub struct Config {
 	/// changes keeps its connection whichever worker its datagrams reach
 	/// ([`with_router`](Self::with_router)).
 	pub router: Option<(Arc<Router>, u8)>,
+	/// Where an accepted connection's memory is charged, by its peer's address
+	/// ([`with_memory`](Self::with_memory)).
+	pub memory: Option<MemoryAccounts>,
+	/// The connection receive window accepted connections start with, in bytes (what
+	/// [`with_memory`](Self::with_memory) charges for it).
+	pub server_window: u64,
 }
+
+/// The budget an accepted connection's memory is charged to, by the peer's address (a server's
+/// memory ceiling, shared fairly by addresses): see [`Config::with_memory`].
+pub type MemoryAccounts = Arc<dyn Fn(IpAddr) -> kio::sync::Budget + Send + Sync>;
+
+/// What an accepted connection costs before anything is in its windows or queues: quinn-proto's
+/// state and our driver's (an idle established connection grew the relay's resident set by 28 KB,
+/// a handshake in progress by 30 KB: `bench/results/relay-memory.md`), and the unread datagrams
+/// quinn-proto may hold for it (64 KiB, [`transport`]).
+pub const CONNECTION_COST: u64 = (32 << 10) + (64 << 10);
 
 impl Config {
 	/// An endpoint that neither accepts nor connects until configured.
@@ -142,7 +159,21 @@ impl Config {
 			send_queue: DEFAULT_SEND_QUEUE,
 			send_buffer: DEFAULT_SEND_BUFFER,
 			router: None,
+			memory: None,
+			server_window: u64::from(DEFAULT_RECEIVE_WINDOW),
 		}
+	}
+
+	/// Charges every accepted connection's memory to the budget `accounts` gives for its peer's
+	/// address: [`CONNECTION_COST`] and its receive window (the transport's connection window, to
+	/// start with) from the handshake on, and what its send streams hold queued. A connection the
+	/// budget cannot take is refused at its first packet, as the handshake limits refuse. Each
+	/// connection's charges sit in a budget of its own under the address's
+	/// ([`Connection::memory`]), which the application charges too (what its sessions hold) and
+	/// can grow the receive window against ([`Connection::set_receive_window`]).
+	pub fn with_memory(mut self, accounts: MemoryAccounts) -> Self {
+		self.memory = Some(accounts);
+		self
 	}
 
 	/// Ends connections made by the next [`with_client`](Self::with_client) or
@@ -209,6 +240,14 @@ impl Config {
 	pub fn with_limits(mut self, limits: Limits) -> Self {
 		self.handshakes = Arc::new(HandshakeBudget::new(limits));
 		self
+	}
+
+	/// Gives accepted connections other receive windows ([`windows`]): `stream` bytes per stream,
+	/// `connection` over all of them to start with; call after [`with_server`](Self::with_server).
+	pub fn with_server_windows(mut self, stream: u32, connection: u32) -> Self {
+		self.server_window = u64::from(connection);
+		let transport = idle(windows(stream, connection), self.idle_timeout);
+		self.with_server_transport(transport)
 	}
 
 	/// Sets the transport settings of accepted connections (a server's receive windows and stream
@@ -327,7 +366,9 @@ pub fn windows(stream: u32, connection: u32) -> TransportConfig {
 		.max_concurrent_uni_streams(VarInt::from_u32(INITIAL_STREAMS))
 		.max_concurrent_bidi_streams(VarInt::from_u32(INITIAL_STREAMS))
 		.stream_receive_window(VarInt::from_u32(stream))
-		.receive_window(VarInt::from_u32(connection.max(stream)))
+		// A connection window below the stream window caps every stream by it: a server that
+		// grows windows later ([`Connection::set_receive_window`]) starts its connections small.
+		.receive_window(VarInt::from_u32(connection))
 		.datagram_receive_buffer_size(Some(64 << 10));
 	idle(transport, DEFAULT_IDLE_TIMEOUT)
 }

@@ -19,7 +19,7 @@ use std::time::{Instant, SystemTime};
 use kio::sync::Consumer;
 use kio::{Either, race};
 use moq_net::lite::session;
-use moq_net::lite::{ErrorCode, Version};
+use moq_net::lite::{ErrorCode, Role, Version};
 use moq_net::model::Path;
 use moq_net::transport::Transport;
 use moq_quic::{Connection, h3, webtransport};
@@ -41,7 +41,7 @@ pub const SHUTDOWN_CODE: u64 = 25;
 pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker: usize, shutdown: Consumer<()>) {
 	let remote = conn.remote_address();
 	relay.stats.connections.fetch_add(1, Ordering::Relaxed);
-	let Some(_slot) = relay.connection_slot() else {
+	let Some(slot) = relay.slots.admit(remote.ip()) else {
 		relay.stats.refused.fetch_add(1, Ordering::Relaxed);
 		warn!(%remote, "too many connections");
 		conn.close(ErrorCode::Unroutable.code(), "too many connections");
@@ -54,15 +54,28 @@ pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker
 		counters: Some(relay.counters.clone()),
 		version: Version::from_alpn(&alpn).unwrap_or_default(),
 		linger: relay.cluster.config.linger,
+		memory: conn.memory(),
 		..session::Config::default()
+	};
+	let quic = conn.clone();
+	let ends = Ends {
+		shutdown,
+		eviction: slot.eviction.clone(),
 	};
 	if alpn == h3::ALPN {
 		if let Some(opened) = Box::pin(open_webtransport(&relay, conn, config, worker)).await {
-			serve_session(&relay, opened, shutdown).await;
+			serve_session(&relay, opened, &quic, ends).await;
 		}
 	} else if let Some(opened) = Box::pin(open_quic(&relay, conn, config, worker)).await {
-		serve_session(&relay, opened, shutdown).await;
+		serve_session(&relay, opened, &quic, ends).await;
 	}
+}
+
+/// What ends a session besides itself and its token: the relay's shutdown, and its slot given
+/// to another address's connection.
+pub(crate) struct Ends {
+	shutdown: Consumer<()>,
+	eviction: Consumer<()>,
 }
 
 /// An authorized peer, its SETUP done: what [`serve_session`] starts.
@@ -214,7 +227,8 @@ pub(crate) struct Link {
 pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 	relay: &'a Relay,
 	opened: Opened<T>,
-	shutdown: Consumer<()>,
+	quic: &Connection,
+	ends: Ends,
 ) -> impl Future<Output = ()> + 'a {
 	let Opened {
 		transport,
@@ -262,6 +276,15 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 		config.pool = Some(relay.pool.child(share));
 		config.shared_pace = address.map(|key| relay.pace_for(key));
 	}
+	// A session that may publish gets the full receive window, if its address's share of the
+	// memory ceiling has room for it; a viewer keeps the small one it started with.
+	if peer.role != Role::Subscriber && (grant.cluster || !grant.publish.is_empty()) {
+		let window = u64::from(relay.limits.connection_window);
+		if !quic.set_receive_window(window) {
+			relay.stats.windows_refused.fetch_add(1, Ordering::Relaxed);
+			debug!(%remote, "receive window not grown: the address holds its share of the memory ceiling");
+		}
+	}
 	let cluster_session = grant.cluster.then(|| relay.cluster.inbound(peer.origin));
 	let worker_session = relay.stats.session(worker);
 	info!(%remote, transport = kind, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), cluster = grant.cluster, "session");
@@ -276,13 +299,21 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 				None => std::future::pending().await,
 			}
 		};
-		match race(race(session.closed(), expiry), shutdown.closed()).await {
+		let ended = race(
+			race(session.closed(), expiry),
+			race(ends.shutdown.closed(), ends.eviction.closed()),
+		);
+		match ended.await {
 			Either::Left(Either::Left(code)) => debug!(%remote, code, "session closed"),
 			Either::Left(Either::Right(())) => {
 				info!(%remote, "token expired");
 				session.close(ErrorCode::Unauthorized.code());
 			}
-			Either::Right(()) => session.close(SHUTDOWN_CODE),
+			Either::Right(Either::Left(())) => session.close(SHUTDOWN_CODE),
+			Either::Right(Either::Right(())) => {
+				info!(%remote, "closed to make room for another address");
+				session.close(ErrorCode::Unroutable.code());
+			}
 		}
 		// The close reaches the peer before the session's tasks stop with it.
 		drop(session);

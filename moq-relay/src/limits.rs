@@ -125,6 +125,28 @@ pub struct LimitOptions {
 	/// [default: 3s].
 	#[arg(long = "http-head-timeout", value_name = "DURATION")]
 	pub http_head_timeout: Option<Span>,
+	/// Bytes everything peers make the relay hold may add up to: the cache, each connection's
+	/// state and receive window, what its streams queue and its sessions hold in part or queue
+	/// for it. Addresses share it fairly: past its share (this over the addresses connected), an
+	/// address's connections are refused more, and a new address always finds room
+	/// [file: `[limits] memory`] [default: half the machine's memory, at least --cache-size plus
+	/// 64MiB].
+	#[arg(long = "max-memory", value_name = "SIZE")]
+	pub memory: Option<Size>,
+	/// The share of --max-memory an address may always hold, however many addresses are
+	/// connected [file: `[limits] address_memory`] [default: 32MiB].
+	#[arg(long = "address-memory", value_name = "SIZE")]
+	pub address_memory: Option<Size>,
+	/// The receive window a connection starts with; a session that may publish grows it to
+	/// --connection-window, if its address's share of --max-memory has room
+	/// [file: `[limits] initial_window`] [default: 64KiB].
+	#[arg(long = "initial-window", value_name = "SIZE")]
+	pub initial_window: Option<Size>,
+	/// Bytes of announcement updates one session may hold queued for a peer that does not read
+	/// them; past it the request is reset with BoundsExceeded (11), and the peer asks again
+	/// [file: `[limits] announce_queue`] [default: 1MiB].
+	#[arg(long = "announce-queue", value_name = "SIZE")]
+	pub announce_queue: Option<Size>,
 }
 
 /// The resolved limits.
@@ -160,6 +182,13 @@ pub struct Limits {
 	pub http_per_ip: usize,
 	/// HTTP request head deadline.
 	pub http_head_timeout: Duration,
+	/// What everything peers make the relay hold may add up to; `None` for the default, which
+	/// depends on the machine ([`Limits::memory_for`]).
+	pub memory: Option<u64>,
+	/// The least share of `memory` an address may hold.
+	pub address_memory: u64,
+	/// The receive window connections start with.
+	pub initial_window: u32,
 }
 
 impl Default for Limits {
@@ -202,8 +231,33 @@ impl Default for Limits {
 			http_connections: 256,
 			http_per_ip: 16,
 			http_head_timeout: Duration::from_secs(3),
+			memory: None,
+			address_memory: 32 << 20,
+			// A viewer sends requests, a few hundred bytes each: 64 KiB is hundreds of them in
+			// flight. A publisher grows it once its session says it may publish.
+			initial_window: 64 << 10,
 		}
 	}
+}
+
+impl Limits {
+	/// The memory ceiling: as configured, or half the machine's memory (`MemTotal`), and never
+	/// less than the cache plus 64 MiB for connections.
+	pub fn memory_for(&self, cache_size: u64) -> u64 {
+		let floor = cache_size.saturating_add(64 << 20);
+		match self.memory {
+			Some(memory) => memory,
+			None => machine_memory().map_or(1 << 30, |total| total / 2).max(floor),
+		}
+	}
+}
+
+/// The machine's memory (`MemTotal` in `/proc/meminfo`), if it can be read.
+fn machine_memory() -> Option<u64> {
+	let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+	let line = info.lines().find(|line| line.starts_with("MemTotal:"))?;
+	let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+	Some(kib * 1024)
 }
 
 impl LimitOptions {
@@ -223,6 +277,7 @@ impl LimitOptions {
 			track_requests: self.track_requests.unwrap_or(d.session.track_requests),
 			groups_in_flight: self.groups_in_flight.unwrap_or(d.session.groups_in_flight).max(1),
 			partial_bytes: self.partial_bytes.map_or(d.session.partial_bytes, |s| s.0),
+			announce_queue: self.announce_queue.map_or(d.session.announce_queue, |s| s.0),
 			request_rate: self.request_rate.unwrap_or(d.session.request_rate),
 			request_burst: self.request_burst.unwrap_or(d.session.request_burst).max(1),
 		};
@@ -256,6 +311,9 @@ impl LimitOptions {
 			http_connections: self.http_connections.unwrap_or(d.http_connections).max(1),
 			http_per_ip: self.http_per_ip.unwrap_or(d.http_per_ip).max(1),
 			http_head_timeout: self.http_head_timeout.map_or(d.http_head_timeout, |s| s.0),
+			memory: self.memory.map(|s| s.0),
+			address_memory: self.address_memory.map_or(d.address_memory, |s| s.0),
+			initial_window: window(self.initial_window, d.initial_window, "initial_window")?,
 		})
 	}
 }

@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kio::sync::{Budget, Charge};
+use kio::sync::{Budget, Charge, Consumer, Producer, Shares};
 use moq_net::lite::session::{self, Counters};
 use moq_net::model::{BroadcastProducer, Origin, Pool, Publication};
 
@@ -23,14 +24,18 @@ pub struct Relay {
 	pub(crate) origin: Origin,
 	pub(crate) auth: Auth,
 	pub(crate) limits: Limits,
-	/// The cache's byte budget; a publishing session fills a child of it.
+	/// Everything peers make the relay hold, in bytes (`--max-memory`), shared fairly by their
+	/// addresses: each address's budget is a share of it, each connection's a budget under its
+	/// address's ([`moq_quic::Config::with_memory`]).
+	pub(crate) memory: Arc<Shares<u64>>,
+	/// The cache's byte budget, under the memory ceiling; a publishing session fills a child of it.
 	pub(crate) pool: Pool,
 	/// What sessions move and hold, summed over all of them.
 	pub(crate) counters: Arc<Counters>,
 	pub(crate) stats: Stats,
 	pub(crate) cluster: Cluster,
-	/// Connections open, at most `--max-connections`.
-	connections: Budget,
+	/// Connections open, at most `--max-connections`, shared fairly by addresses.
+	pub(crate) slots: Slots,
 	pub(crate) shutdown_timeout: Duration,
 	/// The pace of each address's requests (see [`Relay::pace_for`]).
 	paces: Mutex<HashMap<u64, Arc<session::Pace>>>,
@@ -49,14 +54,17 @@ impl Relay {
 		let cluster = Cluster::new(&config.cluster)?;
 		let membership = cluster.join(&origin)?;
 		let max_connections = config.max_connections.map_or(u64::MAX, |max| max as u64);
+		let ceiling = Budget::new(config.limits.memory_for(config.cache_size));
+		let pool = ceiling.child(config.cache_size);
 		Ok(Self {
 			auth,
 			limits: config.limits,
-			pool: Pool::new(config.cache_size),
+			memory: Arc::new(Shares::new(ceiling, config.limits.address_memory)),
+			pool,
 			counters: Arc::new(Counters::default()),
 			stats: Stats::new(config.workers, sources),
 			cluster,
-			connections: Budget::new(max_connections),
+			slots: Slots::new(max_connections),
 			shutdown_timeout: config.shutdown_timeout,
 			paces: Mutex::new(HashMap::new()),
 			origin,
@@ -74,14 +82,15 @@ impl Relay {
 		&self.origin
 	}
 
-	/// A slot for one more connection, if `--max-connections` allows it.
-	pub(crate) fn connection_slot(&self) -> Option<Charge> {
-		self.connections.charge(1)
-	}
-
 	/// Connections open now.
 	pub(crate) fn connections_open(&self) -> u64 {
-		self.connections.used()
+		self.slots.shares.total().used()
+	}
+
+	/// Where the QUIC endpoints charge their connections' memory.
+	pub(crate) fn memory_accounts(self: &Arc<Self>) -> moq_quic::MemoryAccounts {
+		let memory = self.memory.clone();
+		Arc::new(move |ip| memory.get(&address_requester(ip)))
 	}
 
 	/// The pace every session from the address `key` shares (see [`address_requester`]): a peer
@@ -105,6 +114,102 @@ impl Relay {
 		));
 		paces.insert(key, pace.clone());
 		pace
+	}
+}
+
+/// Connection slots (`--max-connections`), shared fairly by the addresses connected: an address
+/// may hold the slots over the addresses (at least one). When every slot is taken, a connection
+/// from an address below its share takes one from the address holding the most, whose newest
+/// connection is closed; one from an address at its share is refused. So one address that opens
+/// every slot locks nobody else out.
+pub(crate) struct Slots {
+	shares: Shares<u64>,
+	/// Open connections by address, oldest first, each with the trigger that evicts it.
+	open: Mutex<HashMap<u64, Vec<(u64, Producer<()>)>>>,
+	next: AtomicU64,
+	/// Connections closed to make room for another address's.
+	pub(crate) evicted: AtomicU64,
+}
+
+/// One connection's slot; given back when it drops.
+pub(crate) struct Slot<'a> {
+	slots: &'a Slots,
+	key: u64,
+	id: u64,
+	_charge: Charge,
+	/// Closed when the connection must give its slot to another address's.
+	pub(crate) eviction: Consumer<()>,
+}
+
+impl Slots {
+	fn new(max: u64) -> Self {
+		Self {
+			shares: Shares::new(Budget::new(max), 1),
+			open: Mutex::new(HashMap::new()),
+			next: AtomicU64::new(0),
+			evicted: AtomicU64::new(0),
+		}
+	}
+
+	/// A slot for a connection from `ip`, if its address may have one (see [`Slots`]).
+	pub(crate) fn admit(&self, ip: IpAddr) -> Option<Slot<'_>> {
+		let key = address_requester(ip);
+		let budget = self.shares.get(&key);
+		let charge = match budget.charge(1) {
+			Some(charge) => charge,
+			None => {
+				let share = self.shares.share();
+				let (greediest, held) = self.shares.greediest()?;
+				if budget.used() >= share || held <= share || greediest == key {
+					return None;
+				}
+				self.evict_newest(greediest);
+				// The evicted connection gives its slot back as it closes: until then the total is
+				// one over, which the slot it frees makes good.
+				let mut charge = budget.empty();
+				charge.force(1);
+				charge
+			}
+		};
+		let id = self.next.fetch_add(1, Ordering::Relaxed);
+		let trigger = Producer::new(());
+		let eviction = trigger.consume();
+		self.lock().entry(key).or_default().push((id, trigger));
+		Some(Slot {
+			slots: self,
+			key,
+			id,
+			_charge: charge,
+			eviction,
+		})
+	}
+
+	/// Gives the shares of addresses that left back to those still here.
+	pub(crate) fn rebalance(&self) {
+		self.shares.rebalance();
+	}
+
+	fn evict_newest(&self, key: u64) {
+		if let Some((_, trigger)) = self.lock().get_mut(&key).and_then(Vec::pop) {
+			let _ = trigger.close();
+			self.evicted.fetch_add(1, Ordering::Relaxed);
+		}
+	}
+
+	fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<(u64, Producer<()>)>>> {
+		self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+	}
+}
+
+impl Drop for Slot<'_> {
+	fn drop(&mut self) {
+		let mut open = self.slots.lock();
+		if let Some(connections) = open.get_mut(&self.key) {
+			connections.retain(|(id, _)| *id != self.id);
+			if connections.is_empty() {
+				open.remove(&self.key);
+			}
+		}
 	}
 }
 

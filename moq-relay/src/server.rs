@@ -181,7 +181,9 @@ pub fn run(
 		.with_limits(limits.quic)
 		// Every worker binds the relay's port; the kernel spreads clients over them.
 		.with_shared_port(true)
-		.with_server_transport(moq_quic::windows(limits.stream_window, limits.connection_window))
+		// Connections start with a small window; a session that may publish grows it
+		// (`connection.rs`), charged to its address's share of the memory ceiling.
+		.with_server_windows(limits.stream_window, limits.initial_window)
 		.with_send_buffer(limits.send_buffer)
 		.with_max_streams(limits.streams);
 	let runtime = kio::Builder::new()
@@ -198,6 +200,7 @@ pub fn run(
 	};
 	let origin = Origin::new(config.cluster.id.unwrap_or_else(random_id));
 	let relay = Arc::new(Relay::new(config, origin, sources)?);
+	let quic = quic.with_memory(relay.memory_accounts());
 	let fingerprint = certificate.fingerprint_hex();
 	let worker_quic = move |index: usize| quic.clone().with_router(router.clone(), index);
 	let (listen_addr, http_addr) = (config.listen, config.http);

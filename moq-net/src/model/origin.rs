@@ -19,13 +19,16 @@
 //!
 //! # Bounds
 //!
-//! A cursor's pending updates are **coalesced per path**: at most one entry per path, which says
-//! whether the cursor must first hear the path go (it saw an announcement that is gone or
-//! replaced) and what is announced there now. A watcher that stops reading while a publisher
-//! flaps a path a million times holds one entry, not a million; what a stalled watcher holds is
-//! bounded by the paths it saw plus the paths announced now, and every announcement is charged to
-//! its publisher's budget. An unannouncement of a path the cursor never heard of cancels the
-//! pending announcement instead of queueing a pair.
+//! A cursor reads the **current set from the origin** as it yields it (a walk in path order), so
+//! the set costs a cursor nothing however many broadcasts there are; only changes to paths the
+//! walk has passed are queued. Those are **coalesced per path**: at most one entry per path,
+//! which says whether the cursor must first hear the path go (it saw an announcement that is gone
+//! or replaced) and what is announced there now. A watcher that stops reading while a publisher
+//! flaps a path a million times holds one entry, not a million. A **bounded** cursor
+//! ([`AnnounceCursor::bounded`]) charges each entry to a budget (a session's, and its
+//! connection's memory): past it, the queue is dropped and the cursor says so, for the watcher
+//! to start over from the current set. An unannouncement of a path the cursor never heard of
+//! cancels the pending announcement instead of queueing a pair.
 //!
 //! Every path an origin stores is checked where it is made, by joining a view's root and the
 //! caller's path: one longer than [`MAX_PATH_LEN`](super::path::MAX_PATH_LEN) bytes or deeper
@@ -51,9 +54,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::ops::Bound;
 use std::task::Poll;
 
-use kio::sync::Lock;
+use kio::sync::{Budget, Charge, Lock};
 use kio::{Waiter, WaiterList, Wakes};
 use slab::Slab;
 
@@ -149,11 +153,53 @@ struct Cursor {
 	transit: Option<Path>,
 	/// Absolute prefixes this cursor never sees ([`OriginConsumer::hide`]).
 	hidden: Vec<Path>,
-	/// Paths with a pending update, in the order they first became pending.
+	/// Where the walk of the origin's current set stands: the set is read from the origin as the
+	/// cursor yields it, never copied, so a cursor costs nothing per broadcast announced.
+	walk: Walk,
+	/// Paths with a pending update, in the order they first became pending: only paths the walk
+	/// has passed (it sees the others as they are when it gets there).
 	order: VecDeque<Path>,
 	/// The pending update of each path in `order` (absolute paths).
 	pending: HashMap<Path, Pending>,
+	/// What `pending` holds, charged to a budget ([`AnnounceCursor::bounded`]).
+	charge: Option<QueueCharge>,
+	/// The budget refused an update: the queue was dropped, and the cursor says nothing more.
+	overflowed: bool,
 	on_update: WaiterList,
+}
+
+/// How far a cursor's walk of the current set has gone.
+#[derive(Clone, Debug)]
+enum Walk {
+	/// Not begun: every path is ahead.
+	Start,
+	/// Past this path (absolute).
+	After(Path),
+	/// The whole set was walked.
+	Done,
+}
+
+impl Walk {
+	/// Whether the walk has yet to reach `path`.
+	fn ahead(&self, path: &Path) -> bool {
+		match self {
+			Self::Start => true,
+			Self::After(last) => path > last,
+			Self::Done => false,
+		}
+	}
+}
+
+/// What a bounded cursor's queue is charged to: a session's budget for it, and the connection's
+/// memory when there is one.
+pub type QueueAccount = (Budget, Option<Budget>);
+type QueueCharge = Charge<QueueAccount>;
+
+/// What one queued update is charged: its entry in the map and the queue (the path twice, the
+/// broadcast's handle, the route with up to [`MAX_HOPS`] hops), rounded up; measured at about
+/// 289 bytes a queued update for short paths.
+fn queue_cost(path: &Path) -> u64 {
+	512 + 2 * path.as_str().len() as u64
 }
 
 /// What a cursor has yet to hear about one path.
@@ -176,8 +222,10 @@ impl Cursor {
 	}
 
 	/// Records that `path` is now `announced` (or gone), coalescing with what is pending there.
+	/// A path the walk has yet to reach is left to it; one past it is queued, charged, and a
+	/// charge the budget refuses overflows the cursor.
 	fn push(&mut self, path: &Path, announced: Option<&Announced>) -> Wakes {
-		if path.strip_prefix(&self.root).is_none() {
+		if path.strip_prefix(&self.root).is_none() || self.overflowed || self.walk.ahead(path) {
 			return Wakes::none();
 		}
 		let announce = announced.map(|a| (a.broadcast.clone(), a.route.clone()));
@@ -186,12 +234,18 @@ impl Cursor {
 				pending.announce = announce;
 				if !pending.unannounce && pending.announce.is_none() {
 					// Announced and gone before the cursor heard of it: nothing to say.
-					self.pending.remove(path);
+					self.forget(path);
 					self.order.retain(|queued| queued != path);
 					return Wakes::none();
 				}
 			}
 			None => {
+				if let Some(charge) = &mut self.charge
+					&& !charge.grow(queue_cost(path))
+				{
+					self.overflow();
+					return self.on_update.take();
+				}
 				self.pending.insert(
 					path.clone(),
 					Pending {
@@ -205,8 +259,58 @@ impl Cursor {
 		self.on_update.take()
 	}
 
-	/// The next update, in the order paths became pending.
-	fn pop(&mut self) -> Option<Update> {
+	/// Drops the queue: the cursor can no longer say what changed.
+	fn overflow(&mut self) {
+		self.overflowed = true;
+		self.pending = HashMap::new();
+		self.order = VecDeque::new();
+		if let Some(charge) = &mut self.charge {
+			charge.resize(0);
+		}
+	}
+
+	/// Forgets `path`'s entry, giving back its charge.
+	fn forget(&mut self, path: &Path) {
+		self.pending.remove(path);
+		if let Some(charge) = &mut self.charge {
+			charge.shrink(queue_cost(path));
+		}
+	}
+
+	/// The next path of the walk the cursor sees, and its announcement; the walk moves past it.
+	fn walk(&mut self, broadcasts: &BTreeMap<Path, Vec<Announced>>) -> Option<Update> {
+		loop {
+			let from = match &self.walk {
+				Walk::Start => Bound::Unbounded,
+				Walk::After(last) => Bound::Excluded(last.clone()),
+				Walk::Done => return None,
+			};
+			let Some((path, stack)) = broadcasts.range((from, Bound::Unbounded)).next() else {
+				self.walk = Walk::Done;
+				return None;
+			};
+			self.walk = Walk::After(path.clone());
+			let announced = stack.last().expect("no empty stacks");
+			if !self.sees(path, Some(&announced.route)) {
+				continue;
+			}
+			let Some(relative) = path.strip_prefix(&self.root) else {
+				continue;
+			};
+			return Some(Update {
+				path: relative,
+				broadcast: Some(announced.broadcast.clone()),
+				route: announced.route.clone(),
+			});
+		}
+	}
+
+	/// The next update: the current set first, walked in path order, then what changed since, in
+	/// the order paths became pending.
+	fn pop(&mut self, broadcasts: &BTreeMap<Path, Vec<Announced>>) -> Option<Update> {
+		if let Some(update) = self.walk(broadcasts) {
+			return Some(update);
+		}
 		let path = self.order.front()?.clone();
 		let relative = path
 			.strip_prefix(&self.root)
@@ -215,7 +319,7 @@ impl Cursor {
 		if pending.unannounce {
 			pending.unannounce = false;
 			if pending.announce.is_none() {
-				self.pending.remove(&path);
+				self.forget(&path);
 				self.order.pop_front();
 			}
 			return Some(Update {
@@ -225,7 +329,7 @@ impl Cursor {
 			});
 		}
 		let (broadcast, route) = pending.announce.take().expect("a pending entry says something");
-		self.pending.remove(&path);
+		self.forget(&path);
 		self.order.pop_front();
 		Some(Update {
 			path: relative,
@@ -234,12 +338,27 @@ impl Cursor {
 		})
 	}
 
-	/// Updates pending: one per path, two for a path that goes and comes back.
-	fn queued(&self) -> usize {
-		self.pending
-			.values()
+	/// Updates pending: the rest of the walk, then one per path, two for a path that goes and
+	/// comes back.
+	fn queued(&self, broadcasts: &BTreeMap<Path, Vec<Announced>>) -> usize {
+		let from = match &self.walk {
+			Walk::Start => Bound::Unbounded,
+			Walk::After(last) => Bound::Excluded(last.clone()),
+			Walk::Done => Bound::Unbounded,
+		};
+		let walking = match self.walk {
+			Walk::Done => 0,
+			_ => (broadcasts.range((from, Bound::Unbounded)))
+				.filter(|(path, stack)| {
+					let route = &stack.last().expect("no empty stacks").route;
+					self.sees(path, Some(route)) && path.strip_prefix(&self.root).is_some()
+				})
+				.count(),
+		};
+		let queued: usize = (self.pending.values())
 			.map(|pending| usize::from(pending.unannounce) + usize::from(pending.announce.is_some()))
-			.sum()
+			.sum();
+		walking + queued
 	}
 }
 
@@ -736,23 +855,20 @@ impl OriginConsumer {
 			.map(|relative| self.view.root.join(&relative))
 			.collect();
 		let mut state = self.view.state.lock();
-		let mut cursor = Cursor {
+		let cursor = Cursor {
 			prefixes,
 			root: self.view.root.clone(),
 			exclude,
 			local_only,
 			transit: state.transit.clone(),
 			hidden: self.view.hidden.clone(),
+			walk: Walk::Start,
 			order: VecDeque::new(),
 			pending: HashMap::new(),
+			charge: None,
+			overflowed: false,
 			on_update: WaiterList::new(),
 		};
-		for (path, stack) in &state.broadcasts {
-			let announced = stack.last().expect("no empty stacks");
-			if cursor.sees(path, Some(&announced.route)) {
-				drop(cursor.push(path, Some(announced)));
-			}
-		}
 		let key = state.cursors.insert(cursor);
 		AnnounceCursor {
 			state: self.view.state.clone(),
@@ -777,12 +893,38 @@ pub struct AnnounceCursor {
 }
 
 impl AnnounceCursor {
-	/// The next update; registers for the next announcement otherwise.
+	/// Charges the updates this cursor queues to `account`, each at a fixed cost per path (the
+	/// current set it walks costs nothing): past what `account` allows, the queue is dropped and
+	/// [`poll_next_bounded`](Self::poll_next_bounded) says so, for its caller to start over with a
+	/// new cursor. So a watcher that stops reading holds a bounded amount, whatever the number of
+	/// broadcasts and however often they change.
+	pub fn bounded(self, account: QueueAccount) -> Self {
+		self.state.lock().cursors[self.key].charge = Some(Charge::empty(account));
+		self
+	}
+
+	/// The next update; registers for the next announcement otherwise. A cursor whose queue
+	/// overflowed ([`bounded`](Self::bounded)) yields nothing more: see
+	/// [`poll_next_bounded`](Self::poll_next_bounded).
 	pub fn poll_next(&mut self, waiter: &Waiter) -> Poll<Update> {
+		match self.poll_next_bounded(waiter) {
+			Poll::Ready(Ok(update)) => Poll::Ready(update),
+			_ => Poll::Pending,
+		}
+	}
+
+	/// The next update, or [`Error::BoundsExceeded`] once the queue overflowed its budget.
+	pub fn poll_next_bounded(&mut self, waiter: &Waiter) -> Poll<Result<Update, Error>> {
 		let mut state = self.state.lock();
-		let cursor = &mut state.cursors[self.key];
-		match cursor.pop() {
-			Some(update) => Poll::Ready(self.carrying_requester(update)),
+		let OriginState {
+			cursors, broadcasts, ..
+		} = &mut *state;
+		let cursor = &mut cursors[self.key];
+		if cursor.overflowed {
+			return Poll::Ready(Err(Error::BoundsExceeded));
+		}
+		match cursor.pop(broadcasts) {
+			Some(update) => Poll::Ready(Ok(self.carrying_requester(update))),
 			None => {
 				cursor.on_update.register(waiter);
 				Poll::Pending
@@ -795,14 +937,20 @@ impl AnnounceCursor {
 		kio::wait(|waiter| self.poll_next(waiter)).await
 	}
 
-	/// The number of updates queued (at creation: the size of the current set).
+	/// The number of updates to come now (at creation: the size of the current set).
 	pub fn queued(&self) -> usize {
-		self.state.lock().cursors[self.key].queued()
+		let state = self.state.lock();
+		state.cursors[self.key].queued(&state.broadcasts)
 	}
 
 	/// The next update if one is queued.
 	pub fn try_next(&mut self) -> Option<Update> {
-		let update = self.state.lock().cursors[self.key].pop();
+		let mut state = self.state.lock();
+		let OriginState {
+			cursors, broadcasts, ..
+		} = &mut *state;
+		let update = cursors[self.key].pop(broadcasts);
+		drop(state);
 		update.map(|update| self.carrying_requester(update))
 	}
 

@@ -28,6 +28,9 @@ pub struct Stats {
 	worker_sessions: Vec<Budget>,
 	/// Connections refused (auth, limits).
 	pub(crate) refused: AtomicU64,
+	/// Sessions that may publish whose receive window was not grown: their address held its
+	/// share of the memory ceiling.
+	pub(crate) windows_refused: AtomicU64,
 	/// Certificates put in service after the first, and changed files refused.
 	pub(crate) certificate_reloads: AtomicU64,
 	pub(crate) certificate_reload_failures: AtomicU64,
@@ -57,6 +60,7 @@ impl Stats {
 			sessions: AtomicU64::new(0),
 			worker_sessions: (0..workers).map(|_| Budget::unlimited()).collect(),
 			refused: AtomicU64::new(0),
+			windows_refused: AtomicU64::new(0),
 			certificate_reloads: AtomicU64::new(0),
 			certificate_reload_failures: AtomicU64::new(0),
 			endpoints: Mutex::new(vec![EndpointStats::default(); workers]),
@@ -205,6 +209,11 @@ impl Stats {
 			"moq_relay_partial_bytes",
 			"Bytes of messages and frames received in part (limits.partial_bytes per session).",
 			counters.partial_bytes.used(),
+		)
+		.gauge(
+			"moq_relay_announce_queued_bytes",
+			"Bytes of announcement updates queued for peers that have not read them (limits.announce_queue per session).",
+			counters.announce_bytes.used(),
 		)
 		.gauge(
 			"moq_relay_stream_queued_bytes",

@@ -3,7 +3,9 @@
 //!
 //! Each resource has a per-session limit from [`Limits`] and, when the session shares
 //! [`Counters`] with others (a relay), takes from that gauge of the total over every session too,
-//! which `/metrics` shows.
+//! which `/metrics` shows. What is memory (bytes received in part, announcement updates queued)
+//! is charged to the connection's memory as well when the session is given it
+//! ([`Config::memory`](super::Config::memory)): a relay's memory ceiling, shared by addresses.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -27,23 +29,31 @@ pub(crate) enum Resource {
 	GroupsInFlight,
 	/// Bytes received in part.
 	PartialBytes,
+	/// Bytes of announcement updates queued for the peer.
+	AnnounceBytes,
 }
 
-const RESOURCES: usize = 5;
+const RESOURCES: usize = 6;
+
+/// A charge to one of a session's budgets, and to the connection's memory for what is memory.
+pub(crate) type Held = Charge<(kio::sync::Budget, Option<kio::sync::Budget>)>;
 
 pub(crate) struct Budget {
 	budgets: [kio::sync::Budget; RESOURCES],
 	counters: Option<Arc<Counters>>,
+	/// The connection's memory, which byte resources are charged to too.
+	memory: Option<kio::sync::Budget>,
 }
 
 impl Budget {
-	pub(crate) fn new(limits: Limits, counters: Option<Arc<Counters>>) -> Rc<Self> {
+	pub(crate) fn new(limits: Limits, counters: Option<Arc<Counters>>, memory: Option<kio::sync::Budget>) -> Rc<Self> {
 		let limit = |resource| match resource {
 			Resource::Announces => limits.announces as u64,
 			Resource::Subscriptions => limits.subscriptions as u64,
 			Resource::TrackRequests => limits.track_requests as u64,
 			Resource::GroupsInFlight => u64::MAX,
 			Resource::PartialBytes => limits.partial_bytes,
+			Resource::AnnounceBytes => limits.announce_queue,
 		};
 		let budget = |resource| match &counters {
 			Some(counters) => counters.gauge(resource).child(limit(resource)),
@@ -55,18 +65,33 @@ impl Budget {
 			Resource::TrackRequests,
 			Resource::GroupsInFlight,
 			Resource::PartialBytes,
+			Resource::AnnounceBytes,
 		]
 		.map(budget);
-		Rc::new(Self { budgets, counters })
+		Rc::new(Self {
+			budgets,
+			counters,
+			memory,
+		})
 	}
 
 	fn budget(&self, resource: Resource) -> &kio::sync::Budget {
 		&self.budgets[resource as usize]
 	}
 
+	/// What a charge of `resource` takes from: its budget, and the connection's memory if it is
+	/// bytes.
+	pub(crate) fn account(&self, resource: Resource) -> (kio::sync::Budget, Option<kio::sync::Budget>) {
+		let memory = match resource {
+			Resource::PartialBytes | Resource::AnnounceBytes => self.memory.clone(),
+			_ => None,
+		};
+		(self.budget(resource).clone(), memory)
+	}
+
 	/// `amount` of `resource` if the session's limit allows; a refusal is counted.
-	pub(crate) fn charge(&self, resource: Resource, amount: u64) -> Option<Charge> {
-		let charge = self.budget(resource).charge(amount);
+	pub(crate) fn charge(&self, resource: Resource, amount: u64) -> Option<Held> {
+		let charge = Charge::take(self.account(resource), amount);
 		if charge.is_none() {
 			self.refused();
 		}
@@ -74,12 +99,12 @@ impl Budget {
 	}
 
 	/// A charge of nothing yet, to [resize](Charge::resize) as what it accounts for grows.
-	pub(crate) fn empty(&self, resource: Resource) -> Charge {
-		self.budget(resource).empty()
+	pub(crate) fn empty(&self, resource: Resource) -> Held {
+		Charge::empty(self.account(resource))
 	}
 
 	/// Makes `charge` (one of this session's) `amount`; a refusal is counted.
-	pub(crate) fn resize(&self, charge: &mut Charge, amount: u64) -> bool {
+	pub(crate) fn resize(&self, charge: &mut Held, amount: u64) -> bool {
 		let resized = charge.resize(amount);
 		if !resized {
 			self.refused();
@@ -95,7 +120,7 @@ impl Budget {
 	}
 
 	/// One `resource`, held until the returned charge drops; `None` if the limit is reached.
-	pub(crate) fn hold(&self, resource: Resource) -> Option<Charge> {
+	pub(crate) fn hold(&self, resource: Resource) -> Option<Held> {
 		self.charge(resource, 1)
 	}
 
@@ -120,6 +145,7 @@ impl Counters {
 			Resource::TrackRequests => &self.track_requests,
 			Resource::GroupsInFlight => &self.groups_in_flight,
 			Resource::PartialBytes => &self.partial_bytes,
+			Resource::AnnounceBytes => &self.announce_bytes,
 		}
 	}
 }
@@ -237,9 +263,9 @@ mod tests {
 			subscriptions: 2,
 			..Limits::default()
 		};
-		let a = Budget::new(limits, Some(counters.clone()));
-		let b = Budget::new(limits, Some(counters.clone()));
-		let held: Vec<Charge> = (0..2).filter_map(|_| a.hold(Resource::Subscriptions)).collect();
+		let a = Budget::new(limits, Some(counters.clone()), None);
+		let b = Budget::new(limits, Some(counters.clone()), None);
+		let held: Vec<Held> = (0..2).filter_map(|_| a.hold(Resource::Subscriptions)).collect();
 		assert_eq!(held.len(), 2);
 		assert!(a.hold(Resource::Subscriptions).is_none(), "a's budget is spent");
 		let other = b.hold(Resource::Subscriptions).expect("b has its own budget");

@@ -6,10 +6,9 @@ use std::task::{Poll, ready};
 
 use bytes::{Buf, Bytes};
 use kio::Waiter;
-use kio::sync::Charge;
 
 use super::SessionError;
-use super::budget::{Budget, Resource};
+use super::budget::{Budget, Held, Resource};
 use crate::coding::{Decode, DecodeError, Encode};
 use crate::lite::{ErrorCode, Version, VersionedDecode, VersionedEncode};
 use crate::transport::{RecvStream, SendStream, SendStreamExt};
@@ -46,7 +45,7 @@ pub(crate) struct Reader<R> {
 	fin: bool,
 	/// What `buf` holds, charged to the session's partial-bytes budget (a reader made with
 	/// [`charged`](Self::charged)).
-	charge: Option<(Rc<Budget>, Charge)>,
+	charge: Option<(Rc<Budget>, Held)>,
 }
 
 impl<R: RecvStream> Reader<R> {
@@ -350,7 +349,7 @@ mod tests {
 		let mut second = vec![0x25];
 		second.extend_from_slice(&[0x00; MESSAGES]);
 		second.extend_from_slice(&[0x03, b'e', b'n', b'd']);
-		let budget = Budget::new(Limits::default(), None);
+		let budget = Budget::new(Limits::default(), None, None);
 		let mut reader = Reader::charged(given([vec![0x40], second]), &budget);
 		run(async {
 			assert_eq!(reader.decode::<u64>().await.unwrap(), Some(37));
@@ -401,7 +400,7 @@ mod tests {
 
 	#[test]
 	fn a_reassembly_is_charged_what_it_holds_until_it_is_consumed() {
-		let budget = Budget::new(Limits::default(), None);
+		let budget = Budget::new(Limits::default(), None, None);
 		// A frame of 6 bytes over three chunks, then a varint.
 		let mut reader = Reader::charged(
 			given([vec![0x06, b'a'], vec![b'b', b'c'], vec![b'd', b'e', b'f', 0x07]]),

@@ -168,6 +168,11 @@ pub struct Limits {
 	/// Bytes of messages and frames received in part (split across chunks) the session may buffer
 	/// over all its streams; a stream that needs more is stopped with BoundsExceeded.
 	pub partial_bytes: u64,
+	/// Bytes of announcement updates the session may hold queued for the peer, over all its
+	/// ANNOUNCE_REQUESTs, whatever the number of broadcasts announced (the current set is read
+	/// from the origin as it is sent, not queued); a request whose updates do not fit is reset
+	/// with BoundsExceeded, and the peer asks again to hear the current set.
+	pub announce_queue: u64,
 	/// Requests the peer may make per second, after [`request_burst`](Self::request_burst) at
 	/// once: every bidirectional stream it opens (SUBSCRIBE, TRACK, FETCH, ANNOUNCE_REQUEST, and
 	/// the rest: Probe, GOAWAY, unknown types) and SUBSCRIBE_UPDATEs that ask for history again. A
@@ -186,6 +191,7 @@ impl Limits {
 		track_requests: usize::MAX,
 		groups_in_flight: usize::MAX,
 		partial_bytes: u64::MAX,
+		announce_queue: u64::MAX,
 		request_rate: 0,
 		request_burst: u32::MAX,
 	};
@@ -201,6 +207,9 @@ impl Default for Limits {
 			track_requests: 1024,
 			groups_in_flight: 64,
 			partial_bytes: 8 << 20,
+			// About 3,500 updates of a few hundred bytes each (a path and its route): a watcher that
+			// reads them as they come holds a handful.
+			announce_queue: 1 << 20,
 			// Not paced: a publisher's peer is usually a relay asking for every track its viewers
 			// want (a TRACK and a SUBSCRIBE each), and a relay sets its own pace for the peers it
 			// serves (moq-relay's `--max-request-rate`).
@@ -243,6 +252,9 @@ pub struct Config {
 	/// sessions of one address one, so reconnecting buys no fresh burst), besides the session's
 	/// own from [`Limits::request_rate`] and [`Limits::request_burst`].
 	pub shared_pace: Option<Arc<Pace>>,
+	/// The connection's memory budget (a relay's memory ceiling, shared by addresses): bytes the
+	/// session holds for the peer are charged there too.
+	pub memory: Option<kio::sync::Budget>,
 }
 
 /// What sessions moved (relaxed atomics: totals for metrics, not a protocol), and gauges of what
@@ -267,6 +279,8 @@ pub struct Counters {
 	pub groups_in_flight: kio::sync::Budget,
 	/// Bytes of partly received messages and frames buffered (gauge).
 	pub partial_bytes: kio::sync::Budget,
+	/// Bytes of announcement updates queued for peers (gauge).
+	pub announce_bytes: kio::sync::Budget,
 	/// Requests, streams and groups refused or cut because a budget was spent.
 	pub budget_refusals: AtomicU64,
 	/// Requests that waited for their session's request rate ([`Limits::request_rate`]).
@@ -286,6 +300,7 @@ impl Default for Counters {
 			track_requests: gauge(),
 			groups_in_flight: gauge(),
 			partial_bytes: gauge(),
+			announce_bytes: gauge(),
 			budget_refusals: AtomicU64::new(0),
 			requests_paced: AtomicU64::new(0),
 		}
@@ -431,7 +446,7 @@ pub fn start<T: Transport + Clone + 'static>(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
-	let budget = budget::Budget::new(config.limits, config.counters.clone());
+	let budget = budget::Budget::new(config.limits, config.counters.clone(), config.memory.clone());
 	let pace = budget::Paces {
 		own: Pace::new(
 			config.limits.request_rate,

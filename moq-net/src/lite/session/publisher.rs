@@ -112,6 +112,8 @@ async fn goaway<R: RecvStream>(reader: &mut Reader<R>) -> Result<(), SessionErro
 
 enum AnnounceEvent {
 	Update(Update),
+	/// The updates the peer did not read passed the session's budget.
+	Overflow,
 	End(Result<bool, SessionError>),
 }
 
@@ -133,13 +135,16 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	};
 	// A cluster peer hears only what our own clients publish: what we learned from a peer, each
 	// other peer learns from that peer itself (no transit).
-	let mut cursor = if inner.config.cluster {
+	let cursor = if inner.config.cluster {
 		origin.announced_to_peer(&request.prefix, exclude)
 	} else if exclude != 0 {
 		origin.announced_excluding(&request.prefix, exclude)
 	} else {
 		origin.announced(&request.prefix)
 	};
+	// What changes while the peer does not read is queued, charged to the session: past its
+	// budget the request is reset, and the peer asks again to hear the current set.
+	let mut cursor = cursor.bounded(inner.budget.account(Resource::AnnounceBytes));
 	// 05 names the sender once, in ANNOUNCE_OK, and leaves it out of every chain; 03 and 04 have
 	// no ANNOUNCE_OK, and the sender puts itself at the end of each chain.
 	if version.has_announce_ok() {
@@ -152,8 +157,10 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let sender = (!version.has_announce_ok() && inner.config.origin != 0).then_some(inner.config.origin);
 	loop {
 		let event = kio::wait(|waiter| {
-			if let Poll::Ready(update) = cursor.poll_next(waiter) {
-				return Poll::Ready(AnnounceEvent::Update(update));
+			match cursor.poll_next_bounded(waiter) {
+				Poll::Ready(Ok(update)) => return Poll::Ready(AnnounceEvent::Update(update)),
+				Poll::Ready(Err(_)) => return Poll::Ready(AnnounceEvent::Overflow),
+				Poll::Pending => {}
 			}
 			reader.poll_end(waiter).map(AnnounceEvent::End)
 		})
@@ -183,6 +190,10 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					Err(SessionError::Encode(_)) => continue,
 					other => other?,
 				}
+			}
+			AnnounceEvent::Overflow => {
+				inner.budget.refused();
+				return Err(SessionError::Refused(ErrorCode::BoundsExceeded));
 			}
 			// The subscriber's FIN: no more updates wanted.
 			AnnounceEvent::End(Ok(true)) => return send.finish(),
@@ -926,7 +937,7 @@ mod tests {
 		// A group open longer than the track's latency (a minute-long group of a clock) must not be
 		// reset as soon as the next group arrives, as it would be if its age counted from its start.
 		kio::block_on(async {
-			let budget = Budget::new(crate::lite::session::Limits::default(), None);
+			let budget = Budget::new(crate::lite::session::Limits::default(), None, None);
 			let mut flight = InFlight::new(64);
 			let start = kio::time::now();
 			let later = |secs| start + Duration::from_secs(secs);

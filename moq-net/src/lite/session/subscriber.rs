@@ -8,9 +8,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
-use kio::sync::Charge;
-
-use super::budget::Resource;
+use super::budget::{Held, Resource};
 use super::io::{self, Reader, Sending};
 use super::publisher::Owned;
 use super::{Inner, MAX_FRAME, SessionError};
@@ -39,7 +37,7 @@ struct Mirrored {
 	broadcast: BroadcastProducer,
 	_publication: Publication,
 	_tracks: Owned,
-	_charge: Charge,
+	_charge: Held,
 }
 
 impl Mirrored {
@@ -249,7 +247,7 @@ struct Request {
 	broadcast: BroadcastProducer,
 	serving: u64,
 	task: kio::JoinHandle<()>,
-	charge: Rc<Cell<Option<Charge>>>,
+	charge: Rc<Cell<Option<Held>>>,
 }
 
 impl Request {
@@ -388,7 +386,7 @@ async fn forward<T: Transport + 'static>(
 	path: Path,
 	broadcast: BroadcastProducer,
 	track: TrackProducer,
-	charge: Rc<Cell<Option<Charge>>>,
+	charge: Rc<Cell<Option<Held>>>,
 ) {
 	if let Err(err) = fetch_track(&inner, &path, &track).await {
 		if err.is_fatal() {
