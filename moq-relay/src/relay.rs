@@ -125,11 +125,14 @@ impl Relay {
 pub(crate) struct Slots {
 	shares: Shares<u64>,
 	/// Open connections by address, oldest first, each with the trigger that evicts it.
-	open: Mutex<HashMap<u64, Vec<(u64, Producer<()>)>>>,
+	open: Mutex<Evictions>,
 	next: AtomicU64,
 	/// Connections closed to make room for another address's.
 	pub(crate) evicted: AtomicU64,
 }
+
+/// Each address's open connections, oldest first: their ids and the triggers that evict them.
+type Evictions = HashMap<u64, Vec<(u64, Producer<()>)>>;
 
 /// One connection's slot; given back when it drops.
 pub(crate) struct Slot<'a> {
@@ -196,7 +199,7 @@ impl Slots {
 		}
 	}
 
-	fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<(u64, Producer<()>)>>> {
+	fn lock(&self) -> std::sync::MutexGuard<'_, Evictions> {
 		self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 	}
 }
