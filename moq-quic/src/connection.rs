@@ -184,13 +184,25 @@ impl Chunks {
 		self.front = None;
 		self.rest.clear();
 	}
+
+	fn len(&self) -> usize {
+		usize::from(self.front.is_some()) + self.rest.len()
+	}
 }
+
+/// What a queued chunk costs beyond its bytes, charged to the send buffer with them: its place in
+/// the queue (32 bytes) and the allocation a small copied chunk has (a frame's header and
+/// payload, with the allocator's overhead). Without it, a subscriber that never reads a
+/// publisher's one-byte frames made the relay hold a hundred bytes for every five charged.
+const CHUNK_COST: u64 = 96;
 
 /// Our half of a send stream: data not yet handed to quinn-proto, and the scheduler's entry.
 struct SendHalf {
 	queue: Chunks,
 	/// What `queue` holds, charged to the connection's send buffer.
 	queued: Charge,
+	/// [`CHUNK_COST`] for each chunk in `queue`, charged to the send buffer too.
+	records: Charge,
 	/// `finish` was called; quinn-proto hears it once the queue is empty.
 	finishing: bool,
 	/// Finished or reset in quinn-proto: nothing more to do here.
@@ -277,28 +289,61 @@ pub(crate) struct ConnState {
 /// The bytes a connection's send streams hold queued (not yet handed to quinn-proto), all
 /// streams together, and the writers waiting for room.
 struct QueueBudget {
+	/// What the send streams hold queued, and their chunks' [`CHUNK_COST`].
 	bytes: Budget,
+	/// The chunks' part of `bytes`.
+	records: Budget,
 	/// Writers that found no room; woken by the first bytes given back after.
 	waiters: WaiterList,
 }
 
 impl QueueBudget {
+	/// What the send streams hold queued is bounded per connection by the send buffer, not by
+	/// the memory ceiling: a writer waiting for room is woken by its own connection's drain, which
+	/// it could not count on if other connections' memory held it back. (Large frames queued are
+	/// the cache's own bytes, shared, not copies.)
+	fn new(capacity: u64) -> Self {
+		let bytes = Budget::new(capacity);
+		Self {
+			records: bytes.child(u64::MAX),
+			bytes,
+			waiters: WaiterList::new(),
+		}
+	}
+
 	fn room(&self) -> usize {
 		self.bytes.room() as usize
 	}
 
-	/// Gives `bytes` of a stream's charge back. Writers wait only when the budget is spent, so
-	/// only a give from full wakes them.
+	/// Gives `bytes` of a stream's charge back. Writers wait only when the budget has no room
+	/// for a chunk, so only a give from (nearly) full wakes them.
 	fn give(&mut self, charge: &mut Charge, bytes: usize) {
-		if bytes > 0 && self.bytes.room() == 0 {
+		if bytes > 0 && self.bytes.room() <= CHUNK_COST {
 			self.waiters.wake();
 		}
 		charge.shrink(bytes as u64);
 	}
 
-	/// Gives a stream's whole charge back (its queue was dropped).
-	fn give_all(&mut self, charge: &mut Charge) {
-		self.give(charge, charge.amount() as usize);
+	/// Bytes of data the send streams hold queued, their chunks' cost aside.
+	fn data(&self) -> usize {
+		(self.bytes.used() - self.records.used()) as usize
+	}
+
+	/// Drops what a stream holds queued and gives its charges back.
+	fn drop_queue(&mut self, half: &mut SendHalf) {
+		half.queue.clear();
+		half.records.resize(0);
+		let bytes = queued(half);
+		self.give(&mut half.queued, bytes);
+	}
+
+	/// Brings a stream's chunk charge down to the chunks its queue holds.
+	fn count_chunks(&mut self, half: &mut SendHalf) {
+		let records = half.queue.len() as u64 * CHUNK_COST;
+		if records < half.records.amount() {
+			let freed = (half.records.amount() - records) as usize;
+			self.give(&mut half.records, freed);
+		}
 	}
 }
 
@@ -367,21 +412,15 @@ impl ConnShared {
 				max_streams,
 				unsent: 0,
 				unannounced,
-				queue: QueueBudget {
-					bytes: match &memory {
-						Some(memory) => memory.budget.child(send_buffer as u64),
-						None => Budget::new(send_buffer as u64),
-					},
-					waiters: WaiterList::new(),
-				},
+				queue: QueueBudget::new(send_buffer as u64),
 				memory,
 			}),
 		})
 	}
 
-	/// Bytes the send streams hold queued now (0 if the state is borrowed, which it is not
-	/// outside a connection's own calls).
-	pub(crate) fn stream_queued(&self) -> usize {
+	/// What the send buffer holds now: bytes queued and their chunks' cost (0 if the state is
+	/// borrowed, which it is not outside a connection's own calls).
+	pub(crate) fn send_buffer_used(&self) -> usize {
 		self.state
 			.try_borrow()
 			.map_or(0, |state| state.queue.bytes.used() as usize)
@@ -561,8 +600,7 @@ impl ConnState {
 		};
 		if let Some(half) = stream.send.as_mut() {
 			half.stopped = Some(code);
-			half.queue.clear();
-			self.queue.give_all(&mut half.queued);
+			self.queue.drop_queue(half);
 			if !half.done {
 				half.done = true;
 				self.scheduler.remove_stream(half.slot);
@@ -584,6 +622,7 @@ impl ConnState {
 			SendHalf {
 				queue: Chunks::default(),
 				queued: self.queue.bytes.empty(),
+				records: self.queue.records.empty(),
 				finishing: false,
 				done: false,
 				slot: self.scheduler.insert_stream(group, stream_key(id)),
@@ -697,18 +736,17 @@ impl ConnState {
 					}
 					Err(quinn_proto::WriteError::Stopped(code)) => {
 						half.stopped = Some(code.into_inner());
-						half.queue.clear();
-						self.queue.give_all(&mut half.queued);
+						self.queue.drop_queue(half);
 						break;
 					}
 					Err(quinn_proto::WriteError::ClosedStream) => {
-						half.queue.clear();
-						self.queue.give_all(&mut half.queued);
+						self.queue.drop_queue(half);
 						closed = true;
 						break;
 					}
 				}
 			}
+			self.queue.count_chunks(half);
 			if outcome == After::Blocked {
 				half.blocked = true;
 			} else {
@@ -1005,8 +1043,8 @@ impl Connection {
 	}
 
 	/// The budget this connection's memory is charged to, if its endpoint charges memory
-	/// ([`crate::Config::with_memory`]): what it costs, its receive window and its send queues
-	/// are charged there already; the application charges what it holds for the connection too.
+	/// ([`crate::Config::with_memory`]): what it costs and its receive window are charged there
+	/// already; the application charges what it holds for the connection too.
 	pub fn memory(&self) -> Option<Budget> {
 		self.state().memory.as_ref().map(|memory| memory.budget.clone())
 	}
@@ -1031,10 +1069,16 @@ impl Connection {
 		true
 	}
 
+	/// What this connection's send buffer holds: the bytes its streams queue and their chunks'
+	/// cost, at most [`crate::Config::send_buffer`].
+	pub fn send_buffer_used(&self) -> usize {
+		self.state().queue.bytes.used() as usize
+	}
+
 	/// Bytes this connection's send streams hold queued, not yet handed to quinn-proto (at most
 	/// [`crate::Config::send_buffer`]).
 	pub fn stream_queued(&self) -> usize {
-		self.state().queue.bytes.used() as usize
+		self.state().queue.data()
 	}
 
 	/// Live stream entries and scheduler groups (for tests that state is freed).
@@ -1199,7 +1243,8 @@ impl Connection {
 				stream.waiters.register(waiter);
 				break;
 			}
-			let room = room.min(queue.room());
+			// A chunk takes its cost from the connection's room too.
+			let room = room.min(queue.room().saturating_sub(CHUNK_COST as usize));
 			if room == 0 {
 				// Woken by room in the connection's queue, or by whatever ends this stream (a
 				// STOP_SENDING must not wait for other streams to drain).
@@ -1208,10 +1253,14 @@ impl Connection {
 				break;
 			}
 			let take = room.min(data.len());
-			if !half.queued.grow(take as u64) {
-				// The send buffer's parent has no room (its room above counts only its own).
+			// Both fit: the room was counted just above, and nothing else takes it meanwhile.
+			if !half.records.grow(CHUNK_COST) {
 				queue.waiters.register(waiter);
-				stream.waiters.register(waiter);
+				break;
+			}
+			if !half.queued.grow(take as u64) {
+				half.records.shrink(CHUNK_COST);
+				queue.waiters.register(waiter);
 				break;
 			}
 			half.queue.push_back(data.split_to(take));
@@ -1268,8 +1317,7 @@ impl Connection {
 		if half.done && half.stopped.is_some() {
 			return;
 		}
-		half.queue.clear();
-		queue.give_all(&mut half.queued);
+		queue.drop_queue(half);
 		if !half.done {
 			half.done = true;
 			scheduler.remove_stream(half.slot);

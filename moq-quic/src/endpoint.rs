@@ -83,8 +83,8 @@ pub struct EndpointStats {
 	/// Connection turns that found the sender's queue full ([`Config::send_queue`]) and waited
 	/// for room before producing.
 	pub send_queue_waits: u64,
-	/// Bytes the connections' send streams hold queued now, not yet handed to quinn-proto (at
-	/// most [`Config::send_buffer`] each).
+	/// What the connections' send buffers hold now: bytes their streams queue, not yet handed to
+	/// quinn-proto, and those chunks' cost (at most [`Config::send_buffer`] each).
 	pub stream_queued: u64,
 }
 
@@ -278,7 +278,7 @@ impl Endpoint {
 		let state = self.0.shared.state.borrow();
 		EndpointStats {
 			open: state.conns.len() as u64,
-			stream_queued: state.conns.values().map(|conn| conn.stream_queued() as u64).sum(),
+			stream_queued: state.conns.values().map(|conn| conn.send_buffer_used() as u64).sum(),
 			..state.stats
 		}
 	}

@@ -166,7 +166,8 @@ impl Config {
 
 	/// Charges every accepted connection's memory to the budget `accounts` gives for its peer's
 	/// address: [`CONNECTION_COST`] and its receive window (the transport's connection window, to
-	/// start with) from the handshake on, and what its send streams hold queued. A connection the
+	/// start with) from the handshake on (what its streams queue to send is bounded by
+	/// [`send_buffer`](Self::send_buffer), per connection). A connection the
 	/// budget cannot take is refused at its first packet, as the handshake limits refuse. Each
 	/// connection's charges sit in a budget of its own under the address's
 	/// ([`Connection::memory`]), which the application charges too (what its sessions hold) and

@@ -673,10 +673,13 @@ fn streams_without_credit_queue_at_most_the_connection_send_buffer() {
 		}
 		// The clock moves only once every task is idle: the writers took what room there was.
 		kio::time::sleep(Duration::from_millis(100)).await;
-		assert_eq!(client.stream_queued(), BUFFER, "the budget is full, and no more");
+		assert_eq!(client.send_buffer_used(), BUFFER, "the budget is full, and no more");
+		let queued = client.stream_queued();
+		assert!(queued < BUFFER && queued > BUFFER - (64 << 10), "{queued} bytes queued");
 		assert_eq!(client_endpoint.stats().stream_queued, BUFFER as u64);
+		// Three streams of 256 KiB fit whole, their chunks' cost beside them, the fourth in part.
 		let done = writers.iter().filter(|writer| writer.is_finished()).count();
-		assert!((4..16).contains(&done), "{done} writers done");
+		assert!((3..16).contains(&done), "{done} writers done");
 
 		// The peer stops the last stream, whose writer found no room at all: it hears so at once,
 		// not when other streams drain.

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use common::*;
 use kio::net::TcpStream;
 use kio::{Either, race};
-use moq_net::lite::{ControlType, Subscribe, Track};
+use moq_net::lite::{ControlType, Subscribe, Track, session};
 use moq_net::model::{Origin, Path, Route, Subscription, TrackInfo};
 use moq_relay::limits::Limits;
 
@@ -756,6 +756,101 @@ fn a_subscriber_that_grants_no_credit_makes_the_relay_prepare_a_few_kib_per_stre
 		assert!(queued <= GROUPS * (UNPROVEN_QUEUE + CHUNK), "{queued} bytes queued");
 		drop(stingy);
 		all_given_back(&relay, 1).await;
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn one_address_holding_every_connection_slot_does_not_lock_out_another() {
+	let relay = Relay::run(moq_relay::config::Config {
+		workers: 2,
+		max_connections: Some(20),
+		..moq_relay::config::Config::loopback()
+	});
+	runtime().block_on(async {
+		let greedy = endpoint(&relay);
+		let mut idle = Vec::new();
+		for _ in 0..20 {
+			idle.push(raw(&relay, &greedy, true).await);
+		}
+		relay.metric_until(LIMIT, "moq_relay_sessions", |n| n == 20).await;
+		// Another address: a publisher and a viewer, each taking a slot from the greedy one.
+		let elsewhere = elsewhere();
+		let mut healthy = within(LIMIT, "the healthy pair", Healthy::new(&relay, &elsewhere)).await;
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		assert_eq!(relay.metric("moq_relay_evicted_total").await, 2);
+		relay.metric_until(LIMIT, "moq_relay_connections", |n| n <= 20).await;
+		// The greedy address, at its share now, cannot take a slot back.
+		let refused = quic_to(
+			&greedy,
+			relay.bound.quic,
+			&relay.verification(),
+			moq_quic::ALPN_MOQ_LITE_05,
+		)
+		.await;
+		assert_eq!(within(LIMIT, "the refusal", close_code(&refused)).await, 30);
+		healthy.still_receives().await;
+		drop(idle);
+	});
+	relay.stop().unwrap();
+}
+
+#[test]
+fn many_sessions_of_one_address_stay_under_its_share_of_the_memory_ceiling() {
+	const CEILING: u64 = 64 << 20;
+	let limits = Limits {
+		memory: Some(CEILING),
+		..Limits::default()
+	};
+	let relay = Relay::start_limited(2, limits, 16 << 20);
+	runtime().block_on(async {
+		let elsewhere = elsewhere();
+		let mut healthy = Healthy::new(&relay, &elsewhere).await;
+		healthy.still_receives().await;
+		// 60 sessions of one address, each leaving unfinished messages on 200 streams: 8 MiB of
+		// partial input each (its session's budget), 480 MiB in all, if only sessions were bounded.
+		// Each session may publish, so each also grows its receive window to 4 MiB: the address
+		// reaches its share within a few sessions, and its later connections are refused.
+		let greedy = endpoint(&relay);
+		let mut attackers = Vec::new();
+		let mut refused = 0;
+		for _ in 0..60 {
+			let config = session::Config {
+				origin: 77,
+				path: Some("/".into()),
+				..session::Config::default()
+			};
+			let client = moq_quic::Config::new()
+				.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+				.unwrap();
+			let conn = greedy
+				.connect_with(client.client.unwrap(), relay.bound.quic, "localhost")
+				.unwrap();
+			// Past its share, the address's new connections are refused.
+			if conn.established().await.is_err() || session::setup(&conn, &config).await.is_err() {
+				refused += 1;
+				continue;
+			}
+			let streams = unfinished_requests(&conn, 200).await;
+			attackers.push((conn, streams));
+			let held = relay.metric("moq_relay_memory_bytes").await;
+			assert!(held <= CEILING, "{held} bytes charged against a ceiling of {CEILING}");
+		}
+		let share = relay.metric("moq_relay_memory_address_share_bytes").await;
+		let partial = relay.metric("moq_relay_partial_bytes").await;
+		println!("60 sessions tried, {refused} refused: {partial} bytes held in part, an address's share {share}");
+		assert!(
+			partial <= share,
+			"{partial} bytes of partial input, past the share {share}"
+		);
+		for _ in 0..3 {
+			healthy.still_receives().await;
+		}
+		drop(attackers);
+		all_given_back(&relay, 1).await;
+		healthy.still_receives().await;
 	});
 	relay.stop().unwrap();
 }

@@ -20,12 +20,14 @@
 
 mod common;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use common::*;
 use moq_client::Url;
+use moq_net::lite::session;
 use moq_net::model::{Origin, Path, Route};
+use moq_net::transport::SendStreamExt;
 use moq_quic::Endpoint;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -179,6 +181,168 @@ fn announcement_flood() -> u64 {
 	})
 }
 
+/// A raw session from `from` (a loopback address: another place, to the relay) leaving
+/// unfinished messages on `streams` streams; `None` if the relay refused it (its address at its
+/// share of the memory ceiling).
+async fn parking(relay: &Running, from: IpAddr, streams: usize) -> Option<(moq_quic::Connection, impl Sized)> {
+	let endpoint = Endpoint::bind(SocketAddr::new(from, 0), moq_quic::Config::new()).unwrap();
+	let client = moq_quic::Config::new()
+		.with_client(&relay.verification(), &[moq_quic::ALPN_MOQ_LITE_05])
+		.unwrap();
+	let conn = endpoint
+		.connect_with(client.client.unwrap(), relay.quic, "localhost")
+		.unwrap();
+	let config = session::Config {
+		origin: 77,
+		path: Some("/".into()),
+		..session::Config::default()
+	};
+	if conn.established().await.is_err() || session::setup(&conn, &config).await.is_err() {
+		return None;
+	}
+	let held = unfinished_requests(&conn, streams).await;
+	Some((conn, (held, endpoint)))
+}
+
+/// The memory ceiling the next two measurements run under, and the healthy address beside the
+/// attackers' (which makes their share half of it, or less).
+const CEILING: u64 = 256 << 20;
+
+/// One address's share: 60 sessions of one address leaving 8 MiB each of unfinished messages,
+/// 480 MiB unbounded, beside a healthy session from another address. Resident bytes grown.
+fn one_address_share() -> u64 {
+	let relay = Running::start_with(&["--max-memory", "256MiB", "--cache-size", "32MiB"]);
+	runtime().block_on(async {
+		let endpoint = client_endpoint(relay.quic);
+		warm_up(&relay, &endpoint).await;
+		let _healthy = parking(&relay, IpAddr::from([127, 0, 0, 2]), 0).await.unwrap();
+		let base = settled_rss(&relay).await;
+		let mut held = Vec::new();
+		for _ in 0..60 {
+			held.extend(parking(&relay, IpAddr::from([127, 0, 0, 3]), 200).await);
+		}
+		let share = metric_at(relay.http, "moq_relay_memory_address_share_bytes").await;
+		let charged = metric_at(relay.http, "moq_relay_memory_bytes").await;
+		let grown = grew(
+			&format!(
+				"one address, {} of 60 sessions admitted, {:.1} MiB charged (its share {:.1} MiB)",
+				held.len(),
+				mib(charged),
+				mib(share)
+			),
+			base,
+			settled_rss(&relay).await,
+		);
+		assert!(charged <= CEILING, "{charged} bytes charged");
+		assert!(
+			grown < share + (16 << 20),
+			"{:.1} MiB grown, past the share",
+			mib(grown)
+		);
+		grown
+	})
+}
+
+/// The whole ceiling: eight addresses of 15 such sessions each, 960 MiB unbounded. Resident
+/// bytes grown.
+fn every_address_under_the_ceiling() -> u64 {
+	let relay = Running::start_with(&["--max-memory", "256MiB", "--cache-size", "32MiB"]);
+	runtime().block_on(async {
+		let endpoint = client_endpoint(relay.quic);
+		warm_up(&relay, &endpoint).await;
+		let base = settled_rss(&relay).await;
+		let mut held = Vec::new();
+		for address in 10..18u8 {
+			for _ in 0..15 {
+				held.extend(parking(&relay, IpAddr::from([127, 0, 0, address]), 200).await);
+			}
+		}
+		let charged = metric_at(relay.http, "moq_relay_memory_bytes").await;
+		let grown = grew(
+			&format!(
+				"eight addresses, {} of 120 sessions admitted, {:.1} MiB charged",
+				held.len(),
+				mib(charged)
+			),
+			base,
+			settled_rss(&relay).await,
+		);
+		assert!(charged <= CEILING, "{charged} bytes charged");
+		assert!(grown < CEILING, "{:.1} MiB grown, past the ceiling", mib(grown));
+		grown
+	})
+}
+
+/// A watcher that asks 200 times for the announcements of 4,000 broadcasts (four publishing
+/// sessions) and reads none of them. Resident bytes grown.
+fn stalled_announcement_watcher() -> u64 {
+	let relay = Running::start();
+	runtime().block_on(async {
+		let endpoint = client_endpoint(relay.quic);
+		warm_up(&relay, &endpoint).await;
+		let mut publishers = Vec::new();
+		for p in 0..4 {
+			let origin = Origin::new(10 + p);
+			let producer = origin.producer();
+			let broadcasts: Vec<_> = (0..1000)
+				.map(|i| producer.create_broadcast(&Path::new(&format!("p{p}/{i:04}")), Route::default()))
+				.collect();
+			let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
+			let session = connect_client(
+				&endpoint,
+				relay.quic,
+				&url,
+				&relay.verification(),
+				origin.id(),
+				Some(origin.consumer()),
+				None,
+			)
+			.await
+			.unwrap();
+			publishers.push((origin, broadcasts, session));
+		}
+		until(&relay, "moq_relay_broadcasts", |n| n == 4000).await;
+		let base = settled_rss(&relay).await;
+		let watcher = raw_to(&endpoint, relay.quic, &relay.verification(), true).await;
+		let request = typed(
+			u64::from(moq_net::lite::ControlType::Announce),
+			&moq_net::lite::AnnounceRequest {
+				prefix: Path::default(),
+				exclude_hop: 0,
+			},
+		);
+		let mut streams = Vec::new();
+		for _ in 0..200 {
+			let (mut send, recv) = watcher.open_bi().await.unwrap();
+			send.write(bytes::Bytes::from(request.clone())).await.unwrap();
+			streams.push((send, recv));
+		}
+		// The relay sends what the streams' credit takes, then waits: the rest of the set stays
+		// in the origin, unread, and costs nothing.
+		until(&relay, "moq_relay_stream_queued_bytes", |n| n > 0).await;
+		let held = settled_rss(&relay).await;
+		let grown = grew("a watcher of 4,000 broadcasts, 200 requests unread", base, held);
+		assert!(grown < 16 << 20, "{:.1} MiB", mib(grown));
+		drop(streams);
+		grown
+	})
+}
+
+#[test]
+fn one_address_holds_at_most_its_share_of_the_memory_ceiling() {
+	one_address_share();
+}
+
+#[test]
+fn many_addresses_together_stay_under_the_memory_ceiling() {
+	every_address_under_the_ceiling();
+}
+
+#[test]
+fn a_stalled_announcement_watcher_holds_a_bounded_amount() {
+	stalled_announcement_watcher();
+}
+
 /// Connections that come, hold what they may and go, cycle after cycle: a visitor must leave
 /// nothing behind for good. The resident set is what an operator sees, but it also holds the
 /// allocator's fragmentation, which settles slowly: at 1ea05f9 it grew 2.2, 1.1, 0.8, 0.5, 0.4
@@ -260,4 +424,7 @@ fn measure() {
 	println!("RESULT idle {idle}");
 	println!("RESULT partial {}", partial_input());
 	println!("RESULT flood {}", announcement_flood());
+	println!("RESULT address {}", one_address_share());
+	println!("RESULT total {}", every_address_under_the_ceiling());
+	println!("RESULT watcher {}", stalled_announcement_watcher());
 }

@@ -112,6 +112,36 @@ impl Stats {
 			"Connections refused (auth, limits).",
 			load(&self.refused),
 		)
+		.counter(
+			"moq_relay_evicted_total",
+			"Connections closed to give their slot to an address holding less than its share (limits.max_connections).",
+			load(&relay.slots.evicted),
+		)
+		.gauge(
+			"moq_relay_memory_bytes",
+			"Bytes charged to the memory ceiling: the cache, and every connection's state, window, queues and partial input (limits.memory).",
+			relay.memory.total().used(),
+		)
+		.gauge(
+			"moq_relay_memory_limit_bytes",
+			"The memory ceiling (limits.memory).",
+			relay.memory.total().capacity(),
+		)
+		.gauge(
+			"moq_relay_memory_addresses",
+			"Addresses holding a share of the memory ceiling.",
+			relay.memory.keys() as u64,
+		)
+		.gauge(
+			"moq_relay_memory_address_share_bytes",
+			"What one address may hold of the memory ceiling now: the ceiling over the addresses, at least limits.address_memory.",
+			relay.memory.share(),
+		)
+		.counter(
+			"moq_relay_windows_refused_total",
+			"Sessions that may publish whose receive window stayed small: their address held its share of the memory ceiling.",
+			load(&self.windows_refused),
+		)
 		.gauge(
 			"moq_relay_broadcasts",
 			"Broadcasts announced in the origin (the cluster's members aside).",

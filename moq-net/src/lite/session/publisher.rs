@@ -24,7 +24,7 @@ use crate::model::{
 	self, BroadcastConsumer, GroupConsumer, Origin, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo,
 	Update,
 };
-use crate::transport::{RecvStream, SendStream, Transport, TransportExt};
+use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
 
 /// Accepts the peer's bidirectional streams and serves each in its own task.
 /// Each is a request paced by [`Limits::request_rate`](super::Limits::request_rate): one that
@@ -110,6 +110,9 @@ async fn goaway<R: RecvStream>(reader: &mut Reader<R>) -> Result<(), SessionErro
 	Ok(())
 }
 
+/// The most bytes of announcements written at once, so a large set goes out in chunks of this.
+const ANNOUNCE_BATCH: usize = 8 << 10;
+
 enum AnnounceEvent {
 	Update(Update),
 	/// The updates the peer did not read passed the session's budget.
@@ -166,29 +169,43 @@ async fn announce<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		})
 		.await;
 		match event {
-			AnnounceEvent::Update(update) => {
-				let suffix = update.path.strip_prefix(&request.prefix).unwrap_or(update.path);
-				let message = match update.broadcast {
-					Some(_) => {
-						let mut hops = update.route.hops;
-						hops.extend(sender);
-						Announce {
-							status: AnnounceStatus::Active,
-							suffix,
-							hops,
+			AnnounceEvent::Update(first) => {
+				// What the cursor has ready goes in one write, up to a few KiB: a walk of a large
+				// set as one chunk per message would cost the stream's queue and quinn-proto a
+				// record per few dozen bytes.
+				let mut out = Vec::new();
+				let mut next = Some(first);
+				while let Some(update) = next {
+					let suffix = update.path.strip_prefix(&request.prefix).unwrap_or(update.path);
+					let message = match update.broadcast {
+						Some(_) => {
+							let mut hops = update.route.hops;
+							hops.extend(sender);
+							Announce {
+								status: AnnounceStatus::Active,
+								suffix,
+								hops,
+							}
 						}
+						None => Announce {
+							status: AnnounceStatus::Ended,
+							suffix,
+							hops: Vec::new(),
+						},
+					};
+					// One update that cannot be encoded is skipped, never the stream that carries the
+					// others (the origin refuses such paths where they are made; this is the
+					// backstop).
+					let at = out.len();
+					if message.try_encode_for(version, &mut out).is_err() {
+						out.truncate(at);
 					}
-					None => Announce {
-						status: AnnounceStatus::Ended,
-						suffix,
-						hops: Vec::new(),
-					},
-				};
-				// One update that cannot be encoded is skipped, never the stream that carries the
-				// others (the origin refuses such paths where they are made; this is the backstop).
-				match io::write_for(&mut send.send, &message, version).await {
-					Err(SessionError::Encode(_)) => continue,
-					other => other?,
+					next = (out.len() < ANNOUNCE_BATCH).then(|| cursor.try_next()).flatten();
+				}
+				if !out.is_empty() {
+					SendStreamExt::write(&mut send.send, Bytes::from(out))
+						.await
+						.map_err(SessionError::Transport)?;
 				}
 			}
 			AnnounceEvent::Overflow => {
