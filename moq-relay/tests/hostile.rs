@@ -42,7 +42,7 @@ fn relay_limited(limits: Limits) -> Relay {
 }
 
 /// A relay on two workers whose session limits `adjust` changes from the defaults.
-fn relay_with_session(adjust: impl FnOnce(&mut moq_net::lite::session::Limits)) -> Relay {
+fn relay_with_session(adjust: impl FnOnce(&mut session::Limits)) -> Relay {
 	let mut limits = Limits::default();
 	adjust(&mut limits.session);
 	relay_limited(limits)
@@ -607,12 +607,12 @@ async fn stingy_subscriber(relay: &Relay, endpoint: &moq_quic::Endpoint) -> impl
 	client.transport_config(std::sync::Arc::new(moq_quic::windows(1024, 64 << 10)));
 	let stingy = endpoint.connect_with(client, relay.bound.quic, "localhost").unwrap();
 	stingy.established().await.unwrap();
-	let config = moq_net::lite::session::Config {
+	let config = session::Config {
 		origin: 78,
 		path: Some("/".into()),
-		..moq_net::lite::session::Config::default()
+		..session::Config::default()
 	};
-	moq_net::lite::session::setup(&stingy, &config).await.unwrap();
+	session::setup(&stingy, &config).await.unwrap();
 	let (mut send, recv) = stingy.open_bi().await.unwrap();
 	send.write(subscribe_bytes(0, "fat", "video", Some(0))).await.unwrap();
 	(send, recv, stingy)

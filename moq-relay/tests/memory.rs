@@ -27,7 +27,6 @@ use common::*;
 use moq_client::Url;
 use moq_net::lite::session;
 use moq_net::model::{Origin, Path, Route};
-use moq_net::transport::SendStreamExt;
 use moq_quic::Endpoint;
 
 const LIMIT: Duration = Duration::from_secs(30);
