@@ -56,6 +56,9 @@ const MAX_LINGER: usize = 64 * 1024;
 pub struct Routes {
 	fingerprint: Rc<dyn Fn() -> String>,
 	metrics: Rc<dyn Fn() -> String>,
+	/// Where each connection's memory is charged, by its peer's address (the relay's memory
+	/// ceiling); `None` charges nothing.
+	memory: Option<Rc<dyn Fn(IpAddr) -> Budget>>,
 	/// How long an idle connection, or one sending a request or taking a response, may take.
 	pub timeout: Duration,
 	/// Connections served at once.
@@ -75,6 +78,7 @@ impl Routes {
 		Self {
 			fingerprint: Rc::new(fingerprint),
 			metrics: Rc::new(metrics),
+			memory: None,
 			timeout: Duration::from_secs(10),
 			max_connections: 256,
 			max_per_ip: 16,
@@ -86,6 +90,13 @@ impl Routes {
 	pub fn with_client_limits(mut self, max_per_ip: usize, head_timeout: Duration) -> Self {
 		self.max_per_ip = max_per_ip;
 		self.head_timeout = head_timeout;
+		self
+	}
+
+	/// Charges each connection [`CONNECTION_COST`] to the budget `memory` gives for its address;
+	/// a connection it cannot take is closed as it is accepted.
+	pub fn with_memory(mut self, memory: impl Fn(IpAddr) -> Budget + 'static) -> Self {
+		self.memory = Some(Rc::new(memory));
 		self
 	}
 
@@ -136,6 +147,12 @@ impl std::fmt::Debug for Routes {
 	}
 }
 
+/// What one connection may make us hold: its request buffer (a head, [`MAX_HEAD`], and a read's
+/// chunk), the socket's staging buffer and the write in flight (64 KiB each, kio's), and a
+/// response's head and body when the body is not a constant (the metrics, some tens of KiB).
+/// Constant bodies (the page, its script) are written from where they are, never copied.
+pub const CONNECTION_COST: u64 = 192 << 10;
+
 /// The connection tasks of one [`serve`], aborted when it is dropped (on shutdown the relay
 /// aborts the server's task, and idle keep-alive connections must not outlive it).
 struct Connections {
@@ -150,7 +167,9 @@ struct Slot {
 	task: JoinHandle<()>,
 	/// Waiting for a request with nothing of it read yet.
 	idle: Rc<Cell<bool>>,
+	ip: IpAddr,
 	_charge: Charge<KeyAccount<IpAddr>>,
+	_memory: Option<Charge>,
 }
 
 impl Connections {
@@ -166,24 +185,36 @@ impl Connections {
 		self.tasks.borrow_mut().remove(&id);
 	}
 
-	/// A slot for a connection from `ip` if one may be served, closing the oldest idle one if the
-	/// table is full.
+	/// A slot for a connection from `ip` if one may be served. A full table makes room fairly:
+	/// an address within its share (the table over the addresses served, itself counted) takes
+	/// the place of the address holding the most, whose idle connection goes first, else its
+	/// oldest (a client reading its responses slowly); an address past its share takes only its
+	/// own oldest idle connection's place, or is refused. So neither idle clients nor slow
+	/// readers, from however many addresses, keep `/health` and `/certificate.sha256` from a new
+	/// one.
 	fn admit(&self, ip: IpAddr, routes: &Routes) -> Option<Charge<KeyAccount<IpAddr>>> {
 		let charge = self.per_ip.charge(ip, 1)?;
 		if self.tasks.borrow().len() < routes.max_connections {
 			return Some(charge);
 		}
-		let oldest_idle = self
-			.tasks
-			.borrow()
-			.iter()
-			.find(|(_, slot)| slot.idle.get())
-			.map(|(&id, _)| id);
-		let id = oldest_idle?;
-		if let Some(slot) = self.tasks.borrow().get(&id) {
+		let addresses = self.per_ip.keys().max(1) as u64;
+		let share = (routes.max_connections as u64 / addresses).max(1);
+		// Below its share, it takes from the greediest; at its share, only from itself (an idle
+		// connection of its own: a client with stale keep-alives).
+		let (from, busy_too) = match self.per_ip.held(&ip) <= share {
+			true => (self.per_ip.greediest()?.0, true),
+			false => (ip, false),
+		};
+		let victim = {
+			let tasks = self.tasks.borrow();
+			let theirs = || tasks.iter().filter(|(_, slot)| slot.ip == from);
+			let idle = theirs().find(|(_, slot)| slot.idle.get()).map(|(&id, _)| id);
+			idle.or_else(|| theirs().next().filter(|_| busy_too).map(|(&id, _)| id))
+		}?;
+		if let Some(slot) = self.tasks.borrow().get(&victim) {
 			slot.task.abort();
 		}
-		self.forget(id);
+		self.forget(victim);
 		Some(charge)
 	}
 }
@@ -218,6 +249,16 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 			tracing::debug!(%peer, "http: connection limit reached, closing");
 			continue;
 		};
+		let memory = match &routes.memory {
+			Some(memory) => match memory(peer.ip()).charge(CONNECTION_COST) {
+				Some(memory) => Some(memory),
+				None => {
+					tracing::debug!(%peer, "http: the address holds its share of the memory ceiling, closing");
+					continue;
+				}
+			},
+			None => None,
+		};
 		let id = connections.next.get();
 		connections.next.set(id + 1);
 		let idle = Rc::new(Cell::new(true));
@@ -237,7 +278,9 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 			Slot {
 				task,
 				idle,
+				ip: peer.ip(),
 				_charge: charge,
+				_memory: memory,
 			},
 		);
 	}
@@ -341,7 +384,8 @@ impl Response {
 		self
 	}
 
-	fn encode(&self, with_body: bool, close: bool) -> Vec<u8> {
+	/// The status line and headers.
+	fn head(&self, close: bool) -> Vec<u8> {
 		let reason = match self.status {
 			200 => "OK",
 			400 => "Bad Request",
@@ -364,11 +408,27 @@ impl Response {
 			head.push_str("connection: close\r\n");
 		}
 		head.push_str("\r\n");
-		let mut out = head.into_bytes();
-		if with_body {
-			out.extend_from_slice(self.body.as_bytes());
+		head.into_bytes()
+	}
+
+	/// Writes the response (the body only if `with_body`), as fast as the peer reads it and
+	/// within `deadline`: the body from where it is, never copied whole.
+	async fn write(
+		&self,
+		stream: &mut TcpStream,
+		deadline: &mut Deadline,
+		with_body: bool,
+		close: bool,
+	) -> io::Result<()> {
+		let mut head = self.head(close);
+		let body = if with_body { self.body.as_bytes() } else { &[] };
+		// A small body goes with its head, in one write; a large one from where it is.
+		if body.len() <= 16 << 10 {
+			head.extend_from_slice(body);
+			return write_all(stream, deadline, &head).await;
 		}
-		out
+		write_all(stream, deadline, &head).await?;
+		write_all(stream, deadline, body).await
 	}
 }
 
@@ -438,7 +498,7 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 						"bad request\n"
 					};
 					let response = Response::text(status, body);
-					write_all(&mut stream, &mut deadline, &response.encode(true, true)).await?;
+					response.write(&mut stream, &mut deadline, true, true).await?;
 					return close(stream, &mut deadline).await;
 				}
 				Parsed::Partial => {}
@@ -459,7 +519,7 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 				None => {
 					let response = Response::text(408, "request timeout\n");
 					deadline.set(Some(kio::time::now() + routes.timeout));
-					write_all(&mut stream, &mut deadline, &response.encode(true, true)).await?;
+					response.write(&mut stream, &mut deadline, true, true).await?;
 					return close(stream, &mut deadline).await;
 				}
 			}
@@ -469,8 +529,9 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 		deadline.set(Some(kio::time::now() + routes.timeout));
 		let keep_alive = head.keep_alive && !head.has_body;
 		let response = routes.respond(&head, local);
-		let bytes = response.encode(head.method != "HEAD", !keep_alive);
-		write_all(&mut stream, &mut deadline, &bytes).await?;
+		response
+			.write(&mut stream, &mut deadline, head.method != "HEAD", !keep_alive)
+			.await?;
 		if !keep_alive {
 			return close(stream, &mut deadline).await;
 		}

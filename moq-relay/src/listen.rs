@@ -89,6 +89,10 @@ pub(crate) fn http(
 		move || metrics.stats.render(&metrics),
 	)
 	.with_max_connections(limits.http_connections)
-	.with_client_limits(limits.http_per_ip, limits.http_head_timeout);
+	.with_client_limits(limits.http_per_ip, limits.http_head_timeout)
+	.with_memory({
+		let relay = relay.clone();
+		move |ip| relay.address_memory(ip)
+	});
 	Ok((kio::spawn(http::serve(listener, Rc::new(routes))), bound))
 }

@@ -87,6 +87,12 @@ impl Relay {
 		self.slots.shares.total().used()
 	}
 
+	/// The memory budget of the address `ip` belongs to (an IPv4 address, an IPv6 /64): what
+	/// every connection from there is charged to, QUIC or HTTP.
+	pub(crate) fn address_memory(&self, ip: IpAddr) -> Budget {
+		self.memory.get(&address_requester(ip))
+	}
+
 	/// Where the QUIC endpoints charge their connections' memory.
 	pub(crate) fn memory_accounts(self: &Arc<Self>) -> moq_quic::MemoryAccounts {
 		let memory = self.memory.clone();

@@ -854,3 +854,40 @@ fn many_sessions_of_one_address_stay_under_its_share_of_the_memory_ceiling() {
 	});
 	relay.stop().unwrap();
 }
+
+#[test]
+fn slow_readers_of_the_page_script_from_many_addresses_leave_health_answering() {
+	// Sixteen addresses, sixteen connections each (each address's cap, the table's 256 in all),
+	// each asking for the page's script twenty times over and reading none of it.
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let http = relay.bound.http.unwrap();
+		let mut slow = Vec::new();
+		for address in 0..16u8 {
+			for _ in 0..16 {
+				let from = SocketAddr::new(IpAddr::from([127, 0, 4, address]), 0);
+				if let Ok(mut stream) = TcpStream::connect_from(from, http).await {
+					let requests = b"GET /app.js HTTP/1.1\r\nhost: relay\r\n\r\n".repeat(20);
+					if stream.write_all(&requests).await.is_ok() {
+						slow.push(stream);
+					}
+				}
+			}
+		}
+		assert!(slow.len() >= 250, "{} slow readers", slow.len());
+		// Every slot is taken by a connection busy writing a response nobody reads.
+		for from in [
+			"127.0.5.1",
+			"127.0.5.2",
+			"127.0.5.3",
+			"127.0.5.4",
+			"127.0.5.5",
+			"127.0.5.6",
+		] {
+			let status = within(LIMIT, "health", health_from(&relay, from.parse().unwrap())).await;
+			assert_eq!(status.unwrap(), "HTTP/1.1 200 OK", "from {from}");
+		}
+		drop(slow);
+	});
+	relay.stop().unwrap();
+}
