@@ -1053,6 +1053,50 @@ fn a_second_publisher_takes_over_and_the_first_is_restored_when_it_leaves() {
 }
 
 #[test]
+fn a_path_is_its_owners_and_its_viewers_follow_the_owners_next_publication() {
+	paused().block_on(async {
+		let origin = Origin::new(1);
+		let consumer = origin.consumer();
+		let (alice, mallory) = (origin.producer().owned_by(1), origin.producer().owned_by(2));
+		let mut cursor = consumer.announced(&Path::default());
+		let x = Path::new("x");
+		let (first, first_pub) = alice.create_broadcast(&x, Route::default()).unwrap();
+		assert_eq!(consumer.owner(&x), Some(1));
+		// Another owner cannot take a live path, not even as a backup.
+		assert!(matches!(
+			mallory.create_broadcast(&x, Route::default()),
+			Err(Error::Taken)
+		));
+		assert_eq!((origin.broadcasts(), origin.backups()), (1, 0));
+		assert_eq!(paths(&ready(&mut cursor)), vec![("x".into(), true)]);
+		// The owner's publisher is lost: a viewer waits for what comes next at the path.
+		first_pub.linger();
+		let old = consumer.broadcast(&x).unwrap();
+		let follower = kio::spawn({
+			let consumer = consumer.clone();
+			let (x, old) = (x.clone(), old.clone());
+			async move { consumer.successor(&x, &old, 1, Duration::from_secs(5)).await }
+		});
+		kio::time::sleep(Duration::from_secs(1)).await;
+		// The same owner reconnects: it takes over without watchers hearing the path go.
+		let (second, second_pub) = alice.create_broadcast(&x, Route::default()).unwrap();
+		assert!(ready(&mut cursor).is_empty());
+		let next = follower.await.expect("joined").expect("the owner's next publication");
+		assert!(next.same(&second.consume()));
+		// A lingering publication holds nothing: another owner may publish once the path's
+		// live publisher is gone, and a viewer of the old one does not follow it.
+		drop(second_pub);
+		let (_third, _third_pub) = mallory.create_broadcast(&x, Route::default()).unwrap();
+		assert_eq!(consumer.owner(&x), Some(2));
+		let nobody = consumer
+			.successor(&x, &second.consume(), 1, Duration::from_secs(5))
+			.await;
+		assert!(nobody.is_none(), "another owner's publication is not a successor");
+		drop((first, second));
+	});
+}
+
+#[test]
 fn a_path_too_deep_under_its_root_is_refused_where_it_is_made() {
 	// Before, a legal 32-segment suffix under `demo` was accepted and became a 33-segment path
 	// that failed to encode for every watcher rooted at `/`, resetting their whole ANNOUNCE stream.

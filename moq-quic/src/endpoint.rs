@@ -405,9 +405,19 @@ fn memory_for(config: &Config, ip: IpAddr) -> Result<Option<Memory>, ()> {
 	let Some(accounts) = &config.memory else {
 		return Ok(None);
 	};
-	let budget = accounts(ip).child(u64::MAX);
-	let base = budget.charge(crate::CONNECTION_COST).ok_or(())?;
-	let window = budget.charge(config.server_window).ok_or(())?;
+	let budget = accounts.account(ip).child(u64::MAX);
+	let charge = |amount: u64| match budget.charge(amount) {
+		Some(charge) => Ok(charge),
+		// Room is being made: charged over the budget until it is.
+		None if accounts.make_room(ip, amount) => {
+			let mut charge = budget.empty();
+			charge.force(amount);
+			Ok(charge)
+		}
+		None => Err(()),
+	};
+	let base = charge(crate::CONNECTION_COST)?;
+	let window = charge(config.server_window)?;
 	Ok(Some(Memory {
 		budget,
 		_cost: base,

@@ -126,15 +126,26 @@ pub struct Config {
 	pub router: Option<(Arc<Router>, u8)>,
 	/// Where an accepted connection's memory is charged, by its peer's address
 	/// ([`with_memory`](Self::with_memory)).
-	pub memory: Option<MemoryAccounts>,
+	pub memory: Option<Arc<dyn MemoryAccounts>>,
 	/// The connection receive window accepted connections start with, in bytes (what
 	/// [`with_memory`](Self::with_memory) charges for it).
 	pub server_window: u64,
 }
 
-/// The budget an accepted connection's memory is charged to, by the peer's address (a server's
-/// memory ceiling, shared fairly by addresses): see [`Config::with_memory`].
-pub type MemoryAccounts = Arc<dyn Fn(IpAddr) -> kio::sync::Budget + Send + Sync>;
+/// Where accepted connections' memory is charged, by the peer's address (a server's memory
+/// ceiling, shared fairly by addresses): see [`Config::with_memory`].
+pub trait MemoryAccounts: Send + Sync {
+	/// The budget a new connection from `ip` is charged to.
+	fn account(&self, ip: IpAddr) -> kio::sync::Budget;
+
+	/// `account(ip)` could not take `amount` for a new connection: whether to charge it anyway,
+	/// over the budget, because room is being made (another connection closed to make it). By
+	/// default, no: the connection is refused.
+	fn make_room(&self, ip: IpAddr, amount: u64) -> bool {
+		let _ = (ip, amount);
+		false
+	}
+}
 
 /// What an accepted connection costs before anything is in its windows or queues: quinn-proto's
 /// state and our driver's (an idle established connection grew the relay's resident set by 28 KB,
@@ -165,14 +176,15 @@ impl Config {
 	}
 
 	/// Charges every accepted connection's memory to the budget `accounts` gives for its peer's
-	/// address: [`CONNECTION_COST`] and its receive window (the transport's connection window, to
+	/// address ([`MemoryAccounts::account`]): [`CONNECTION_COST`] and its receive window (the transport's connection window, to
 	/// start with) from the handshake on (what its streams queue to send is bounded by
-	/// [`send_buffer`](Self::send_buffer), per connection). A connection the
-	/// budget cannot take is refused at its first packet, as the handshake limits refuse. Each
+	/// [`send_buffer`](Self::send_buffer), per connection). A connection the budget cannot take
+	/// is refused at its first packet, as the handshake limits refuse, unless
+	/// [`MemoryAccounts::make_room`] says room is being made. Each
 	/// connection's charges sit in a budget of its own under the address's
 	/// ([`Connection::memory`]), which the application charges too (what its sessions hold) and
 	/// can grow the receive window against ([`Connection::set_receive_window`]).
-	pub fn with_memory(mut self, accounts: MemoryAccounts) -> Self {
+	pub fn with_memory(mut self, accounts: Arc<dyn MemoryAccounts>) -> Self {
 		self.memory = Some(accounts);
 		self
 	}

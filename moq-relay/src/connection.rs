@@ -41,7 +41,7 @@ pub const SHUTDOWN_CODE: u64 = 25;
 pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker: usize, shutdown: Consumer<()>) {
 	let remote = conn.remote_address();
 	relay.stats.connections.fetch_add(1, Ordering::Relaxed);
-	let Some(slot) = relay.slots.admit(remote.ip()) else {
+	let Some(slot) = relay.slots.admit(remote.ip(), conn.memory()) else {
 		relay.stats.refused.fetch_add(1, Ordering::Relaxed);
 		warn!(%remote, "too many connections");
 		conn.close(ErrorCode::Unroutable.code(), "too many connections");
@@ -262,7 +262,16 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 			None => publish,
 		}
 	});
-	let subscribe = (!grant.publish.is_empty()).then(|| producer.with_root(root).scope(&grant.publish));
+	// What a client publishes is its own: another identity cannot take a path it holds live,
+	// and the same one (a publisher reconnecting) takes it over with its viewers.
+	let owner = (!grant.cluster).then(|| publisher_identity(&grant, remote.ip()));
+	let subscribe = (!grant.publish.is_empty()).then(|| {
+		let subscribe = producer.with_root(root).scope(&grant.publish);
+		match owner {
+			Some(owner) => subscribe.owned_by(owner),
+			None => subscribe,
+		}
+	});
 	// A cluster peer carries a whole relay's broadcasts and demand: its own limits, the whole
 	// cache, and only our own clients' routes announced to it. Any other session's ingest fills
 	// at most its share of the cache.
@@ -317,6 +326,21 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 		}
 		// The close reaches the peer before the session's tasks stop with it.
 		drop(session);
+	}
+}
+
+/// Who a client publishes as: its token's subject, or without one its address (an IPv4 address,
+/// an IPv6 /64), which a reconnecting publisher keeps unless its network changed.
+fn publisher_identity(grant: &Grant, ip: std::net::IpAddr) -> u64 {
+	use std::hash::{Hash, Hasher};
+	match &grant.subject {
+		Some(subject) => {
+			// Hashed with fixed keys: the same subject is the same owner on every worker.
+			let mut hasher = std::hash::DefaultHasher::new();
+			subject.hash(&mut hasher);
+			hasher.finish() & !(1 << 63)
+		}
+		None => address_requester(ip),
 	}
 }
 

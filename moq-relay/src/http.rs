@@ -93,8 +93,8 @@ impl Routes {
 		self
 	}
 
-	/// Charges each connection [`CONNECTION_COST`] to the budget `memory` gives for its address;
-	/// a connection it cannot take is closed as it is accepted.
+	/// Counts each connection's [`CONNECTION_COST`] in the budget `memory` gives for its address
+	/// (without refusing it: the table's own limits bound what HTTP holds).
 	pub fn with_memory(mut self, memory: impl Fn(IpAddr) -> Budget + 'static) -> Self {
 		self.memory = Some(Rc::new(memory));
 		self
@@ -249,16 +249,13 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 			tracing::debug!(%peer, "http: connection limit reached, closing");
 			continue;
 		};
-		let memory = match &routes.memory {
-			Some(memory) => match memory(peer.ip()).charge(CONNECTION_COST) {
-				Some(memory) => Some(memory),
-				None => {
-					tracing::debug!(%peer, "http: the address holds its share of the memory ceiling, closing");
-					continue;
-				}
-			},
-			None => None,
-		};
+		// Counted, never refused: HTTP's own table bounds it (`max_connections` of them), and
+		// `/health` must answer when QUIC peers have filled the ceiling.
+		let memory = routes.memory.as_ref().map(|memory| {
+			let mut charge = memory(peer.ip()).empty();
+			charge.force(CONNECTION_COST);
+			charge
+		});
 		let id = connections.next.get();
 		connections.next.set(id + 1);
 		let idle = Rc::new(Cell::new(true));

@@ -65,22 +65,47 @@ pub(crate) async fn publish_stats(relay: Arc<Relay>, endpoint: Endpoint, index: 
 	}
 }
 
-/// Binds the HTTP listener at `addr` and serves it on this worker: its task and where it listens.
-/// An unspecified port means "the QUIC port, on TCP" when it is the QUIC address (one number for
-/// both), and any free port if that one is taken on TCP.
+/// How many times [`bind`] tries for one port number on UDP and TCP before it takes two.
+const SAME_PORT_TRIES: usize = 16;
+
+/// Binds worker 0's QUIC endpoint at `quic`, and the HTTP listener at `http` if any. An HTTP
+/// address with port 0 on the QUIC address's IP means "the QUIC port, on TCP": with both ports
+/// 0 the kernel picks a TCP port that is then tried on UDP (a few times, as another socket may
+/// hold it there), and with a fixed QUIC port that one is tried on TCP; only if those fail does
+/// HTTP take any free port.
+pub(crate) fn bind(
+	quic: SocketAddr,
+	http: Option<SocketAddr>,
+	config: impl Fn() -> moq_quic::Config,
+) -> anyhow::Result<(Endpoint, Option<TcpListener>)> {
+	let bind_quic = |addr: SocketAddr| Endpoint::bind(addr, config()).with_context(|| format!("binding UDP {addr}"));
+	let bind_http = |addr: SocketAddr| TcpListener::bind(addr).with_context(|| format!("binding TCP {addr} for HTTP"));
+	let Some(http) = http else {
+		return Ok((bind_quic(quic)?, None));
+	};
+	if http.port() != 0 || http.ip() != quic.ip() {
+		return Ok((bind_quic(quic)?, Some(bind_http(http)?)));
+	}
+	if quic.port() == 0 {
+		for _ in 0..SAME_PORT_TRIES {
+			let listener = bind_http(http)?;
+			if let Ok(endpoint) = Endpoint::bind(listener.local_addr(), config()) {
+				return Ok((endpoint, Some(listener)));
+			}
+		}
+	}
+	let endpoint = bind_quic(quic)?;
+	let same = SocketAddr::new(http.ip(), endpoint.local_addr().port());
+	let listener = TcpListener::bind(same).or_else(|_| bind_http(http))?;
+	Ok((endpoint, Some(listener)))
+}
+
+/// Serves HTTP from `listener` on this worker: its task and where it listens.
 pub(crate) fn http(
 	relay: &Arc<Relay>,
-	addr: SocketAddr,
-	quic_listen: SocketAddr,
-	quic_bound: SocketAddr,
+	listener: TcpListener,
 	certificate: ServerCertificate,
 ) -> anyhow::Result<(kio::JoinHandle<()>, SocketAddr)> {
-	let same = SocketAddr::new(addr.ip(), quic_bound.port());
-	let listener = match addr.port() == 0 && addr.ip() == quic_listen.ip() {
-		true => TcpListener::bind(same).or_else(|_| TcpListener::bind(addr)),
-		false => TcpListener::bind(addr),
-	}
-	.with_context(|| format!("binding TCP {addr} for HTTP"))?;
 	let bound = listener.local_addr();
 	let limits = relay.limits;
 	let metrics = relay.clone();

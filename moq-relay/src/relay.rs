@@ -94,9 +94,8 @@ impl Relay {
 	}
 
 	/// Where the QUIC endpoints charge their connections' memory.
-	pub(crate) fn memory_accounts(self: &Arc<Self>) -> moq_quic::MemoryAccounts {
-		let memory = self.memory.clone();
-		Arc::new(move |ip| memory.get(&address_requester(ip)))
+	pub(crate) fn memory_accounts(self: &Arc<Self>) -> Arc<dyn moq_quic::MemoryAccounts> {
+		Arc::new(Accounts(self.clone()))
 	}
 
 	/// The pace every session from the address `key` shares (see [`address_requester`]): a peer
@@ -123,6 +122,32 @@ impl Relay {
 	}
 }
 
+/// The QUIC endpoints' view of the memory ceiling: each address's share, and room made for an
+/// address within its share when the ceiling is full.
+struct Accounts(Arc<Relay>);
+
+impl moq_quic::MemoryAccounts for Accounts {
+	fn account(&self, ip: IpAddr) -> Budget {
+		self.0.address_memory(ip)
+	}
+
+	/// An address within its share finds room when the ceiling is full: the connection holding
+	/// the most of the greediest address (past its share) is closed. One at or past its share is
+	/// refused: it makes room from itself, by giving back.
+	fn make_room(&self, ip: IpAddr, amount: u64) -> bool {
+		let relay = &self.0;
+		let key = address_requester(ip);
+		let share = relay.memory.share();
+		if relay.memory.held(&key).saturating_add(amount) > share {
+			return false;
+		}
+		match relay.memory.greediest() {
+			Some((greediest, held)) if greediest != key && held > share => relay.slots.evict_largest(greediest),
+			_ => false,
+		}
+	}
+}
+
 /// Connection slots (`--max-connections`), shared fairly by the addresses connected: an address
 /// may hold the slots over the addresses (at least one). When every slot is taken, a connection
 /// from an address below its share takes one from the address holding the most, whose newest
@@ -137,8 +162,9 @@ pub(crate) struct Slots {
 	pub(crate) evicted: AtomicU64,
 }
 
-/// Each address's open connections, oldest first: their ids and the triggers that evict them.
-type Evictions = HashMap<u64, Vec<(u64, Producer<()>)>>;
+/// Each address's open connections, oldest first: their ids, the triggers that evict them and
+/// their memory budgets.
+type Evictions = HashMap<u64, Vec<(u64, Producer<()>, Option<Budget>)>>;
 
 /// One connection's slot; given back when it drops.
 pub(crate) struct Slot<'a> {
@@ -160,8 +186,9 @@ impl Slots {
 		}
 	}
 
-	/// A slot for a connection from `ip`, if its address may have one (see [`Slots`]).
-	pub(crate) fn admit(&self, ip: IpAddr) -> Option<Slot<'_>> {
+	/// A slot for a connection from `ip` whose memory is charged to `memory`, if its address may
+	/// have one (see [`Slots`]).
+	pub(crate) fn admit(&self, ip: IpAddr, memory: Option<Budget>) -> Option<Slot<'_>> {
 		let key = address_requester(ip);
 		let budget = self.shares.get(&key);
 		let charge = match budget.charge(1) {
@@ -183,7 +210,7 @@ impl Slots {
 		let id = self.next.fetch_add(1, Ordering::Relaxed);
 		let trigger = Producer::new(());
 		let eviction = trigger.consume();
-		self.lock().entry(key).or_default().push((id, trigger));
+		self.lock().entry(key).or_default().push((id, trigger, memory));
 		Some(Slot {
 			slots: self,
 			key,
@@ -199,10 +226,26 @@ impl Slots {
 	}
 
 	fn evict_newest(&self, key: u64) {
-		if let Some((_, trigger)) = self.lock().get_mut(&key).and_then(Vec::pop) {
+		if let Some((_, trigger, _)) = self.lock().get_mut(&key).and_then(Vec::pop) {
 			let _ = trigger.close();
 			self.evicted.fetch_add(1, Ordering::Relaxed);
 		}
+	}
+
+	/// Closes the connection of address `key` that holds the most memory; whether there was one.
+	fn evict_largest(&self, key: u64) -> bool {
+		let mut open = self.lock();
+		let Some(connections) = open.get_mut(&key) else {
+			return false;
+		};
+		let used = |memory: &Option<Budget>| memory.as_ref().map_or(0, Budget::used);
+		let Some(at) = (0..connections.len()).max_by_key(|&at| used(&connections[at].2)) else {
+			return false;
+		};
+		let (_, trigger, _) = connections.remove(at);
+		let _ = trigger.close();
+		self.evicted.fetch_add(1, Ordering::Relaxed);
+		true
 	}
 
 	fn lock(&self) -> std::sync::MutexGuard<'_, Evictions> {
@@ -214,7 +257,7 @@ impl Drop for Slot<'_> {
 	fn drop(&mut self) {
 		let mut open = self.slots.lock();
 		if let Some(connections) = open.get_mut(&self.key) {
-			connections.retain(|(id, _)| *id != self.id);
+			connections.retain(|(id, ..)| *id != self.id);
 			if connections.is_empty() {
 				open.remove(&self.key);
 			}

@@ -206,8 +206,7 @@ pub fn run(
 	let (listen_addr, http_addr) = (config.listen, config.http);
 	runtime.block_on(async move {
 		// Worker 0 binds first: with port 0 the kernel picks the port the others then share.
-		let endpoint =
-			Endpoint::bind(listen_addr, worker_quic(0)).with_context(|| format!("binding UDP {listen_addr}"))?;
+		let (endpoint, http_listener) = listen::bind(listen_addr, http_addr, || worker_quic(0))?;
 		let quic_addr = endpoint.local_addr();
 		// Each worker binds before the next starts, and all before anything is announced.
 		let ready = Queue::unbounded();
@@ -231,8 +230,8 @@ pub fn run(
 				None => anyhow::bail!("worker {index} did not start"),
 			}
 		}
-		let http = match http_addr {
-			Some(addr) => Some(listen::http(&relay, addr, listen_addr, quic_addr, certificate.clone())?),
+		let http = match http_listener {
+			Some(listener) => Some(listen::http(&relay, listener, certificate.clone())?),
 			None => None,
 		};
 		bound(Bound {

@@ -31,6 +31,8 @@ pub enum Error {
 	BoundsExceeded,
 	/// Aborted with an application code (a wire reset code, for example).
 	Aborted(u64),
+	/// The path is published by another owner ([`OriginProducer::owned_by`](super::OriginProducer::owned_by)).
+	Taken,
 }
 
 impl fmt::Display for Error {
@@ -48,6 +50,7 @@ impl fmt::Display for Error {
 			Self::Finished => f.write_str("track finished"),
 			Self::BoundsExceeded => f.write_str("a limit was reached"),
 			Self::Aborted(code) => write!(f, "aborted with code {code}"),
+			Self::Taken => f.write_str("published by another owner"),
 		}
 	}
 }

@@ -125,6 +125,8 @@ pub struct Update {
 struct Announced {
 	broadcast: BroadcastConsumer,
 	route: Route,
+	/// Who published it ([`OriginProducer::owned_by`]), if anyone said.
+	owner: Option<u64>,
 	serial: u64,
 	/// Its publisher was lost and it is kept only for a linger ([`Publication::linger`]): every
 	/// live publication of the path outranks it.
@@ -165,6 +167,8 @@ struct Cursor {
 	charge: Option<QueueCharge>,
 	/// The budget refused an update: the queue was dropped, and the cursor says nothing more.
 	overflowed: bool,
+	/// Also hears a path announced again by the same owner ([`OriginState::continued`]).
+	continuations: bool,
 	on_update: WaiterList,
 }
 
@@ -374,6 +378,19 @@ struct OriginState {
 }
 
 impl OriginState {
+	/// Tells the cursors that follow continuations ([`OriginConsumer::successor`]'s) that the
+	/// path's publisher announced it again: the others hear nothing, the path never went.
+	fn continued(&mut self, path: &Path) -> Wakes {
+		let active = self.broadcasts.get(path).and_then(|stack| stack.last());
+		let mut wakes = Wakes::none();
+		for (_, cursor) in &mut self.cursors {
+			if cursor.continuations && active.is_some_and(|a| cursor.sees(path, Some(&a.route))) {
+				wakes.append(cursor.push(path, active));
+			}
+		}
+		wakes
+	}
+
 	/// Tells the cursors that saw the path's `old` active route (if there was one) that it went,
 	/// and those that see its new active route (if any) that it came.
 	fn replaced(&mut self, path: &Path, old: Option<&Route>) -> Wakes {
@@ -474,6 +491,7 @@ impl Origin {
 	pub fn producer(&self) -> OriginProducer {
 		OriginProducer {
 			view: View::root(self.state.clone()),
+			owner: None,
 		}
 	}
 
@@ -576,6 +594,8 @@ impl View {
 #[derive(Clone)]
 pub struct OriginProducer {
 	view: View,
+	/// Who publishes through this view ([`owned_by`](Self::owned_by)).
+	owner: Option<u64>,
 }
 
 impl OriginProducer {
@@ -583,6 +603,7 @@ impl OriginProducer {
 	pub fn with_root(&self, prefix: &Path) -> Self {
 		Self {
 			view: self.view.with_root(prefix),
+			owner: self.owner,
 		}
 	}
 
@@ -590,6 +611,7 @@ impl OriginProducer {
 	pub fn scope(&self, prefixes: &[Path]) -> Self {
 		Self {
 			view: self.view.scope(prefixes),
+			owner: self.owner,
 		}
 	}
 
@@ -598,6 +620,19 @@ impl OriginProducer {
 	pub fn hide(&self, prefix: &Path) -> Self {
 		Self {
 			view: self.view.hide(prefix),
+			owner: self.owner,
+		}
+	}
+
+	/// This view, publishing as `owner` (an identity: a relay gives a token's subject, or the
+	/// client's address). A path a live publication of another owner holds is then refused
+	/// ([`Error::Taken`]); a publication of the same owner takes it over without its watchers
+	/// hearing it go, and viewers of the old one follow it ([`OriginConsumer::successor`]).
+	/// Publications without an owner (a cluster peer's routes) neither hold nor are held.
+	pub fn owned_by(&self, owner: u64) -> Self {
+		Self {
+			view: self.view.clone(),
+			owner: Some(owner),
 		}
 	}
 
@@ -619,10 +654,19 @@ impl OriginProducer {
 			state.serial += 1;
 			let serial = state.serial;
 			let stack = state.broadcasts.entry(path.clone()).or_default();
-			let previous = stack.last().map(|announced| announced.route.clone());
+			let previous = stack.last().map(|announced| (announced.route.clone(), announced.owner));
+			// A path a live publisher holds is not taken by another owner: the audience of a
+			// broadcast is its publisher's, not the next peer's to announce the same name. The
+			// same owner (a publisher reconnecting) takes over, and its viewers carry on.
+			let owner = self.owner;
+			let held = |other: &Announced| !other.lingering && other.owner.is_some() && other.owner != owner;
+			if owner.is_some() && stack.iter().any(held) {
+				return Err(Error::Taken);
+			}
 			let announced = Announced {
 				broadcast,
 				route,
+				owner,
 				serial,
 				lingering: false,
 			};
@@ -636,9 +680,12 @@ impl OriginProducer {
 			stack.insert(at, announced);
 			// A replacement: cursors see the old one go, then the new one come. A backup changes
 			// nothing anyone sees.
-			let wakes = match active {
-				true => state.replaced(&path, previous.as_ref()),
-				false => Wakes::none(),
+			let wakes = match (active, previous) {
+				// The same owner's new broadcast continues the path: watchers need not hear it
+				// go and come back (viewers follow it, see `OriginConsumer::successor`).
+				(true, Some((_, Some(old)))) if owner == Some(old) => state.continued(&path),
+				(true, previous) => state.replaced(&path, previous.as_ref().map(|(route, _)| route)),
+				(false, _) => Wakes::none(),
 			};
 			(serial, wakes)
 		};
@@ -817,6 +864,46 @@ impl OriginConsumer {
 		self.broadcast(path).ok()
 	}
 
+	/// Who published the broadcast announced at `path` ([`OriginProducer::owned_by`]), if
+	/// anyone said.
+	pub fn owner(&self, path: &Path) -> Option<u64> {
+		let path = self.view.absolute(path).ok()?;
+		let state = self.view.state.lock();
+		state.broadcasts.get(&path)?.last()?.owner
+	}
+
+	/// The broadcast that continues `old` at `path`: the one `owner` (the owner of `old`) has
+	/// announced there since, once `old` is closed (its publisher gone, or replaced by the same
+	/// owner). Waits for it while `old`'s place is empty or still `old`'s; `None` once another
+	/// owner's broadcast, or none at all for `patience`, is what `path` has.
+	pub async fn successor(
+		&self,
+		path: &Path,
+		old: &BroadcastConsumer,
+		owner: u64,
+		patience: std::time::Duration,
+	) -> Option<BroadcastConsumer> {
+		let mut cursor = self.announced(path);
+		cursor.state.lock().cursors[cursor.key].continuations = true;
+		let mut deadline = kio::time::Deadline::new(Some(kio::time::now() + patience));
+		loop {
+			match self.broadcast(path) {
+				Ok(next) if !next.same(old) && !next.is_closed() => {
+					return (self.owner(path) == Some(owner)).then_some(next);
+				}
+				_ => {}
+			}
+			let changed = kio::wait(|waiter| match cursor.poll_next(waiter) {
+				Poll::Ready(_) => Poll::Ready(true),
+				Poll::Pending => deadline.poll_elapsed(waiter).map(|()| false),
+			})
+			.await;
+			if !changed {
+				return None;
+			}
+		}
+	}
+
 	/// An announcement cursor for `prefix` (relative to the root): the current set, then live
 	/// updates.
 	pub fn announced(&self, prefix: &Path) -> AnnounceCursor {
@@ -867,6 +954,7 @@ impl OriginConsumer {
 			pending: HashMap::new(),
 			charge: None,
 			overflowed: false,
+			continuations: false,
 			on_update: WaiterList::new(),
 		};
 		let key = state.cursors.insert(cursor);

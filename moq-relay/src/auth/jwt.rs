@@ -271,6 +271,7 @@ impl Keys {
 			get: claims.get.into(),
 			exp,
 			cluster: claims.cluster,
+			subject: claims.sub,
 		})
 	}
 }
@@ -294,6 +295,7 @@ struct RawClaims {
 	nbf: Option<f64>,
 	#[serde(default)]
 	cluster: bool,
+	sub: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -325,6 +327,7 @@ pub(super) struct Claims {
 	pub(super) get: Vec<String>,
 	pub(super) exp: Option<SystemTime>,
 	pub(super) cluster: bool,
+	pub(super) subject: Option<String>,
 }
 
 fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, AuthError> {

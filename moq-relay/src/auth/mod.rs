@@ -123,6 +123,9 @@ pub struct Grant {
 	pub expires: Option<SystemTime>,
 	/// The holder is a cluster peer (a token with `cluster: true`): the whole origin, as a peer.
 	pub cluster: bool,
+	/// Who the token says its holder is (`sub`): what a path it publishes belongs to. `None`
+	/// for anonymous access and tokens without one (their address stands for them).
+	pub subject: Option<String>,
 }
 
 impl Grant {
@@ -265,6 +268,7 @@ impl Auth {
 				subscribe,
 				expires: None,
 				cluster: false,
+				subject: None,
 			});
 		};
 		let claims = self.keys.verify(&token, now)?;
@@ -275,6 +279,7 @@ impl Auth {
 				subscribe: vec![Path::default()],
 				expires: claims.exp,
 				cluster: true,
+				subject: None,
 			});
 		}
 		let token_root = Path::new(&claims.root);
@@ -298,6 +303,7 @@ impl Auth {
 			subscribe,
 			expires: claims.exp,
 			cluster: false,
+			subject: claims.subject,
 		})
 	}
 

@@ -31,9 +31,11 @@ pub(crate) enum Resource {
 	PartialBytes,
 	/// Bytes of announcement updates queued for the peer.
 	AnnounceBytes,
+	/// Bytes the peer's open requests cost (limited by the transport's stream limits, not here).
+	Requests,
 }
 
-const RESOURCES: usize = 6;
+const RESOURCES: usize = 7;
 
 /// A charge to one of a session's budgets, and to the connection's memory for what is memory.
 pub(crate) type Held = Charge<(kio::sync::Budget, Option<kio::sync::Budget>)>;
@@ -54,6 +56,7 @@ impl Budget {
 			Resource::GroupsInFlight => u64::MAX,
 			Resource::PartialBytes => limits.partial_bytes,
 			Resource::AnnounceBytes => limits.announce_queue,
+			Resource::Requests => u64::MAX,
 		};
 		let budget = |resource| match &counters {
 			Some(counters) => counters.gauge(resource).child(limit(resource)),
@@ -66,6 +69,7 @@ impl Budget {
 			Resource::GroupsInFlight,
 			Resource::PartialBytes,
 			Resource::AnnounceBytes,
+			Resource::Requests,
 		]
 		.map(budget);
 		Rc::new(Self {
@@ -83,7 +87,7 @@ impl Budget {
 	/// bytes.
 	pub(crate) fn account(&self, resource: Resource) -> (kio::sync::Budget, Option<kio::sync::Budget>) {
 		let memory = match resource {
-			Resource::PartialBytes | Resource::AnnounceBytes => self.memory.clone(),
+			Resource::PartialBytes | Resource::AnnounceBytes | Resource::Requests => self.memory.clone(),
 			_ => None,
 		};
 		(self.budget(resource).clone(), memory)
@@ -146,6 +150,7 @@ impl Counters {
 			Resource::GroupsInFlight => &self.groups_in_flight,
 			Resource::PartialBytes => &self.partial_bytes,
 			Resource::AnnounceBytes => &self.announce_bytes,
+			Resource::Requests => &self.request_bytes,
 		}
 	}
 }

@@ -79,11 +79,10 @@ impl<R: RecvStream> Reader<R> {
 		}
 	}
 
-	/// Brings the charge in line with what `buf` holds; fails if the budget cannot take more.
-	/// (Charged by length: the allocation is at most twice that while a reassembly grows, and is
-	/// freed when it completes.)
+	/// Brings the charge in line with what `buf` holds, its allocation whole (a growing
+	/// reassembly's capacity is up to twice its length); fails if the budget cannot take more.
 	fn account(&mut self) -> Result<(), SessionError> {
-		let held = self.buf.len() as u64;
+		let held = self.buf.capacity() as u64;
 		if let Some((budget, charge)) = &mut self.charge
 			&& !budget.resize(charge, held)
 		{
@@ -410,8 +409,9 @@ mod tests {
 			assert_eq!(reader.decode::<u64>().await.unwrap(), Some(6));
 			let payload = kio::wait(|waiter| reader.poll_read_exact(waiter, 6)).await.unwrap();
 			assert_eq!(payload.as_deref(), Some(&b"abcdef"[..]));
-			// What is held past the frame, the last varint, stays charged.
-			assert_eq!(budget.used(Resource::PartialBytes), reader.buf.len() as u64);
+			// What is held past the frame, the last varint, stays charged: its allocation.
+			assert_eq!(budget.used(Resource::PartialBytes), reader.buf.capacity() as u64);
+			assert!(!reader.buf.is_empty());
 			assert_eq!(reader.decode::<u64>().await.unwrap(), Some(7));
 			assert_eq!(budget.used(Resource::PartialBytes), 0);
 			assert_eq!(reader.decode::<u64>().await.unwrap(), None);

@@ -142,6 +142,7 @@ pub fn model_code(err: &model::Error) -> u64 {
 		model::Error::TooLarge => ErrorCode::FrameTooLarge,
 		model::Error::Finished => ErrorCode::Closed,
 		model::Error::BoundsExceeded => ErrorCode::BoundsExceeded,
+		model::Error::Taken => ErrorCode::Unauthorized,
 		model::Error::Aborted(code) => return *code,
 		_ => ErrorCode::Cancel,
 	};
@@ -281,6 +282,8 @@ pub struct Counters {
 	pub partial_bytes: kio::sync::Budget,
 	/// Bytes of announcement updates queued for peers (gauge).
 	pub announce_bytes: kio::sync::Budget,
+	/// Bytes the requests peers have open cost (gauge).
+	pub request_bytes: kio::sync::Budget,
 	/// Requests, streams and groups refused or cut because a budget was spent.
 	pub budget_refusals: AtomicU64,
 	/// Requests that waited for their session's request rate ([`Limits::request_rate`]).
@@ -301,6 +304,7 @@ impl Default for Counters {
 			groups_in_flight: gauge(),
 			partial_bytes: gauge(),
 			announce_bytes: gauge(),
+			request_bytes: gauge(),
 			budget_refusals: AtomicU64::new(0),
 			requests_paced: AtomicU64::new(0),
 		}

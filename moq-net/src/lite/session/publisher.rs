@@ -26,6 +26,11 @@ use crate::model::{
 };
 use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
 
+/// What one request the peer opens costs while it is served, beyond what it reads in part: its
+/// task with the handler's state (boxed, 1-2 KB) and the stream's state in the transport
+/// (quinn-proto's send and receive records), rounded up.
+const REQUEST_COST: u64 = 4 << 10;
+
 /// Accepts the peer's bidirectional streams and serves each in its own task.
 /// Each is a request paced by [`Limits::request_rate`](super::Limits::request_rate): one that
 /// must wait holds the next ones back, and the peer's streams past its allowance with them.
@@ -42,6 +47,9 @@ async fn serve<T: Transport + 'static>(
 	recv: T::RecvHalf,
 	publish: Option<OriginConsumer>,
 ) {
+	// What serving the request costs while it lasts (its task and state, the stream's in the
+	// transport), charged to the connection's memory where a relay charges it.
+	let _cost = inner.budget.charge(Resource::Requests, REQUEST_COST);
 	let mut reader = Reader::charged(recv, &inner.budget);
 	let mut send = Sending::new(send);
 	let kind = match reader.decode::<ControlType>().await {
@@ -399,7 +407,10 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		.budget
 		.hold(Resource::Subscriptions)
 		.ok_or(SessionError::Refused(ErrorCode::BoundsExceeded))?;
-	let broadcast = broadcast(origin, &request.broadcast)?;
+	let mut broadcast = broadcast(origin, &request.broadcast)?;
+	// Whose broadcast it is: if its publisher goes and the same owner publishes the path again
+	// (a reconnect), the subscription carries on from the new one.
+	let owner = origin.owner(&request.broadcast);
 	let mut subscription = Subscription {
 		priority: request.priority,
 		ordered: request.ordered,
@@ -501,6 +512,23 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				// reading does not hold them longer.
 				groups.join(cursor.info().latency_max).await;
 				return send.finish();
+			}
+			SubscribeEvent::Group(Err(model::Error::Dropped)) if owner.is_some() => {
+				let patience = cursor.info().latency_max.max(inner.config.linger);
+				let owner = owner.expect("matched above");
+				let Some(next) = origin.successor(&request.broadcast, &broadcast, owner, patience).await else {
+					return Err(SessionError::Model(model::Error::Dropped));
+				};
+				// From the new publisher's latest group on: what the old one had sent is sent.
+				let resumed = Subscription {
+					start: None,
+					..subscription
+				};
+				cursor = next
+					.subscribe_track(&request.track, resumed)
+					.map_err(SessionError::Model)?;
+				broadcast = next;
+				info = None;
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
 			SubscribeEvent::Update(Ok(Some(mut update))) => {

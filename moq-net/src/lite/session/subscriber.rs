@@ -392,7 +392,14 @@ async fn forward<T: Transport + 'static>(
 		if err.is_fatal() {
 			inner.fail(&err);
 		}
-		track.abort(model::Error::Aborted(err.code()));
+		// A publisher lost with its connection is a dropped producer, whatever the transport
+		// said: its viewers may follow the same owner's next broadcast (see the publisher's
+		// `subscribe`).
+		let error = match inner.lost_abruptly() {
+			true => model::Error::Dropped,
+			false => model::Error::Aborted(err.code()),
+		};
+		track.abort(error);
 	}
 	broadcast.remove_track(&track);
 	charge.take();
