@@ -1365,3 +1365,95 @@ fn groups_that_wait_for_stream_credit_open_in_the_order_they_came() {
 		assert_eq!(opened, vec![1, 2, 3, 4, 5]);
 	});
 }
+
+/// The next `M` on `recv`: decoded from `bytes` (what came before and is not used yet), reading
+/// more as needed; what follows it stays in `bytes`.
+async fn read_message<M: moq_net::coding::Decode>(recv: &mut memory::MemoryRecv, bytes: &mut Vec<u8>) -> M {
+	loop {
+		let mut buf = bytes.as_slice();
+		if let Ok(message) = M::decode(&mut buf) {
+			let used = bytes.len() - buf.len();
+			bytes.drain(..used);
+			return message;
+		}
+		bytes.extend_from_slice(&recv.read().await.unwrap().expect("more bytes"));
+	}
+}
+
+fn datagram(subscribe_id: u64, sequence: u64, payload: u64) -> Bytes {
+	let mut bytes = Vec::new();
+	moq_net::lite::Datagram {
+		subscribe_id,
+		sequence,
+		timestamp: sequence * 33,
+		payload: Bytes::copy_from_slice(&payload.to_le_bytes()),
+	}
+	.encode(&mut bytes);
+	Bytes::from(bytes)
+}
+
+#[test]
+fn groups_in_datagrams_are_read_into_the_subscribed_track() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let (raw, _relay_side) = raw_peer(&relay).await;
+		// The relay asks for announcements: one broadcast, "bbb".
+		let (mut announce_send, mut announce_recv) = raw.accept_bi().await.unwrap();
+		let mut bytes = Vec::new();
+		assert_eq!(
+			read_message::<ControlType>(&mut announce_recv, &mut bytes).await,
+			ControlType::Announce
+		);
+		read_message::<moq_net::lite::AnnounceRequest>(&mut announce_recv, &mut bytes).await;
+		let mut reply = Vec::new();
+		moq_net::lite::AnnounceOk { origin: 77, active: 1 }.encode(&mut reply);
+		moq_net::lite::Announce {
+			status: moq_net::lite::AnnounceStatus::Active,
+			suffix: Path::new("bbb"),
+			hops: vec![],
+		}
+		.encode(&mut reply);
+		announce_send.write(Bytes::from(reply)).await.unwrap();
+		let mut cursor = announced(&relay, "bbb").await.subscribe_track("video", sub(0)).unwrap();
+		// Its TRACK, answered with the track's info, then its SUBSCRIBE.
+		let (mut track_send, mut track_recv) = raw.accept_bi().await.unwrap();
+		let mut bytes = Vec::new();
+		assert_eq!(
+			read_message::<ControlType>(&mut track_recv, &mut bytes).await,
+			ControlType::Track
+		);
+		read_message::<Track>(&mut track_recv, &mut bytes).await;
+		let mut info = Vec::new();
+		moq_net::lite::TrackInfo {
+			priority: 0,
+			ordered: false,
+			latency_max: Duration::from_secs(5),
+			timescale: 1000,
+		}
+		.encode(&mut info);
+		track_send.write(Bytes::from(info)).await.unwrap();
+		let (_subscribe_send, mut subscribe_recv) = raw.accept_bi().await.unwrap();
+		let mut bytes = Vec::new();
+		assert_eq!(
+			read_message::<ControlType>(&mut subscribe_recv, &mut bytes).await,
+			ControlType::Subscribe
+		);
+		let id = read_message::<Subscribe>(&mut subscribe_recv, &mut bytes).await.id;
+		// Groups of one frame each, in datagrams; one for a subscription the relay does not have
+		// is dropped, and the session goes on.
+		raw.send_datagram(datagram(id, 0, 0)).unwrap();
+		assert_eq!(take(&mut cursor, 1).await, vec![(0, 0)]);
+		raw.send_datagram(datagram(id + 50, 1, 99)).unwrap();
+		raw.send_datagram(datagram(id, 2, 2)).unwrap();
+		let mut group = cursor.recv_group().await.unwrap().expect("a group");
+		let frame = group.read_frame().await.unwrap().unwrap();
+		assert_eq!(
+			(group.sequence(), frame.timestamp),
+			(2, moq_net::Timestamp::new(66, 1000))
+		);
+		assert_eq!(&frame.payload[..], &2u64.to_le_bytes());
+		// A datagram that ends inside its header closes the session, as a bad stream does.
+		raw.send_datagram(Bytes::from_static(&[0x40])).unwrap();
+		assert_eq!(raw.closed().await, moq_net::coding::DecodeError::Short.code());
+	});
+}

@@ -481,6 +481,9 @@ pub fn start<T: Transport + Clone + 'static>(
 	});
 	inner.spawn(publisher::run(inner.clone(), publish));
 	inner.spawn(subscriber::accept_groups(inner.clone()));
+	if inner.config.version.has_datagrams() {
+		inner.spawn(subscriber::accept_datagrams(inner.clone()));
+	}
 	// A peer that said it only subscribes has nothing to announce: it is not asked.
 	if let Some(subscribe) = subscribe
 		&& inner.peer.role != Role::Subscriber

@@ -1,5 +1,5 @@
 //! The subscriber half: takes the peer's announcements into an origin, fetches tracks on
-//! demand, and ingests group streams.
+//! demand, and ingests group streams and datagrams.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -14,8 +14,8 @@ use super::publisher::Owned;
 use super::{Inner, MAX_FRAME, SessionError};
 use crate::coding::DecodeError;
 use crate::lite::{
-	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, FrameHeader, GroupHeader,
-	Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
+	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, Datagram, ErrorCode, FrameHeader,
+	GroupHeader, Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo as WireTrackInfo,
 };
 use crate::model::{
 	self, BroadcastProducer, Frame, OriginProducer, Path, Publication, Route, Subscription, Timestamp, TrackInfo,
@@ -572,6 +572,39 @@ async fn subscribe<T: Transport + 'static>(
 pub(super) async fn accept_groups<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 	while let Ok(recv) = inner.transport.accept_uni().await {
 		inner.spawn(ingest(inner.clone(), recv));
+	}
+}
+
+/// Reads the peer's QUIC datagrams (05): each a group of one frame for one of our subscriptions,
+/// written to its track as a group stream's would be (the cache charges it the same way; the
+/// transport bounds what waits unread). One for a subscription we no longer have is dropped, as
+/// the draft says; one that does not decode is a protocol error, as a bad stream is.
+pub(super) async fn accept_datagrams<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+	while let Ok(datagram) = inner.transport.recv_datagram().await {
+		let datagram = match Datagram::decode_bytes(&datagram) {
+			Ok(datagram) => datagram,
+			Err(err) => return inner.fail(&SessionError::Decode(err)),
+		};
+		let Some(track) = inner.subscriptions.borrow().get(&datagram.subscribe_id).cloned() else {
+			continue;
+		};
+		if let Some(counters) = inner.config.counters.as_deref() {
+			counters.groups_in.fetch_add(1, Ordering::Relaxed);
+			counters
+				.bytes_in
+				.fetch_add(datagram.payload.len() as u64, Ordering::Relaxed);
+		}
+		// A group the track already has, or one too old for it, is dropped like a late stream's.
+		let Ok(mut group) = track.create_group(datagram.sequence) else {
+			continue;
+		};
+		let stamp = Timestamp::new(datagram.timestamp, track.info().timescale);
+		// Copied out (at most a packet): a slice would keep the buffer it arrived in, which the
+		// cache does not charge.
+		let payload = bytes::Bytes::copy_from_slice(&datagram.payload);
+		if group.write_frame(Frame::new(stamp, payload)).is_ok() {
+			let _ = group.finish();
+		}
 	}
 }
 
