@@ -163,6 +163,7 @@ fn starting_over_forgets_every_group_and_sequence_and_cursors_follow_the_new_num
 		assert_eq!(drain(&mut arrivals, false), vec![0, 1]);
 		assert_eq!(drain(&mut rising, true), vec![0, 1]);
 		assert_eq!(drain(&mut late, false), vec![0, 1]);
+		assert_eq!(arrivals.skipped(), 0, "groups forgotten at a start-over were not lost");
 		assert_eq!(
 			track.append_group().unwrap().sequence(),
 			2,
@@ -307,6 +308,7 @@ fn a_cursor_that_fell_behind_eviction_skips_to_what_is_cached() {
 			vec![2, 3],
 			"0 and 1 expired before the cursor read them"
 		);
+		assert_eq!(consumer.skipped(), 2, "and it counts them as lost to the cache");
 	});
 }
 

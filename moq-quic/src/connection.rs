@@ -298,12 +298,17 @@ struct QueueBudget {
 }
 
 impl QueueBudget {
-	/// What the send streams hold queued is bounded per connection by the send buffer, not by
-	/// the memory ceiling: a writer waiting for room is woken by its own connection's drain, which
-	/// it could not count on if other connections' memory held it back. (Large frames queued are
-	/// the cache's own bytes, shared, not copies.)
-	fn new(capacity: u64) -> Self {
-		let bytes = Budget::new(capacity);
+	/// What the send streams hold queued is bounded per connection by the send buffer, and
+	/// counted in the connection's memory (`memory`, if charged) without being refused by it: a
+	/// writer waiting for room is woken by its own connection's drain, which it could not count on
+	/// if other connections' memory held it back. An application that shares a memory ceiling
+	/// holds it by closing the connections of whoever is past its share. (Large frames queued
+	/// are the cache's own bytes, shared, not copies.)
+	fn new(capacity: u64, memory: Option<&Budget>) -> Self {
+		let bytes = match memory {
+			Some(memory) => memory.child(capacity),
+			None => Budget::new(capacity),
+		};
 		Self {
 			records: bytes.child(u64::MAX),
 			bytes,
@@ -344,6 +349,14 @@ impl QueueBudget {
 			let freed = (half.records.amount() - records) as usize;
 			self.give(&mut half.records, freed);
 		}
+	}
+}
+
+/// Grows a send queue charge by `amount` that its own budget has room for: charged through the
+/// memory above it if that has room too, else counted there over its capacity.
+fn take_counted(charge: &mut Charge, amount: u64) {
+	if !charge.grow(amount) {
+		charge.force(amount);
 	}
 }
 
@@ -412,7 +425,7 @@ impl ConnShared {
 				max_streams,
 				unsent: 0,
 				unannounced,
-				queue: QueueBudget::new(send_buffer as u64),
+				queue: QueueBudget::new(send_buffer as u64, memory.as_ref().map(|memory| &memory.budget)),
 				memory,
 			}),
 		})
@@ -1253,16 +1266,11 @@ impl Connection {
 				break;
 			}
 			let take = room.min(data.len());
-			// Both fit: the room was counted just above, and nothing else takes it meanwhile.
-			if !half.records.grow(CHUNK_COST) {
-				queue.waiters.register(waiter);
-				break;
-			}
-			if !half.queued.grow(take as u64) {
-				half.records.shrink(CHUNK_COST);
-				queue.waiters.register(waiter);
-				break;
-			}
+			// Both fit the connection's send buffer: its room was counted just above, and nothing
+			// else takes it meanwhile. What the memory above it refuses is counted anyway (see
+			// `QueueBudget::new`).
+			take_counted(&mut half.records, CHUNK_COST);
+			take_counted(&mut half.queued, take as u64);
 			half.queue.push_back(data.split_to(take));
 		}
 		// A blocked stream waits for `Writable`, however much more is written to it.

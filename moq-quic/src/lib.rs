@@ -176,14 +176,16 @@ impl Config {
 	}
 
 	/// Charges every accepted connection's memory to the budget `accounts` gives for its peer's
-	/// address ([`MemoryAccounts::account`]): [`CONNECTION_COST`] and its receive window (the transport's connection window, to
-	/// start with) from the handshake on (what its streams queue to send is bounded by
-	/// [`send_buffer`](Self::send_buffer), per connection). A connection the budget cannot take
-	/// is refused at its first packet, as the handshake limits refuse, unless
-	/// [`MemoryAccounts::make_room`] says room is being made. Each
-	/// connection's charges sit in a budget of its own under the address's
-	/// ([`Connection::memory`]), which the application charges too (what its sessions hold) and
-	/// can grow the receive window against ([`Connection::set_receive_window`]).
+	/// address ([`MemoryAccounts::account`]): [`CONNECTION_COST`] and its receive window (the
+	/// transport's connection window, to start with) from the handshake on, and what its streams
+	/// queue to send. A connection the budget cannot take is refused at its first packet, as the
+	/// handshake limits refuse, unless [`MemoryAccounts::make_room`] says room is being made.
+	/// Send queues are bounded per connection by [`send_buffer`](Self::send_buffer) and counted
+	/// in the address's budget without being refused by it (a writer waits only on its own
+	/// connection): the application holds that budget by closing connections. Each connection's
+	/// charges sit in a budget of its own under the address's ([`Connection::memory`]), which
+	/// the application charges too (what its sessions hold) and can grow the receive window
+	/// against ([`Connection::set_receive_window`]).
 	pub fn with_memory(mut self, accounts: Arc<dyn MemoryAccounts>) -> Self {
 		self.memory = Some(accounts);
 		self

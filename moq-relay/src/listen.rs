@@ -53,12 +53,14 @@ pub(crate) async fn accept_quic(relay: &Arc<Relay>, endpoint: &Endpoint, index: 
 }
 
 /// Copies a worker's endpoint counters where `/metrics` (on worker 0) can read them, every second;
-/// worker 0 also gives the shares of addresses that left back to those still here.
+/// worker 0 also gives the shares of addresses that left back to those still here, and holds
+/// every address to its share of the memory ceiling.
 pub(crate) async fn publish_stats(relay: Arc<Relay>, endpoint: Endpoint, index: usize) {
 	loop {
 		if index == 0 {
 			relay.memory.rebalance();
 			relay.slots.rebalance();
+			relay.enforce_memory();
 		}
 		relay.stats.set_endpoint(index, endpoint.stats());
 		kio::time::sleep(Duration::from_secs(1)).await;

@@ -122,6 +122,17 @@ impl Relay {
 	}
 }
 
+impl Relay {
+	/// Holds every address to its share of the memory ceiling: what is counted past a share
+	/// without being refused (send queues, which never make a writer wait on the ceiling) is
+	/// freed by closing the address's connections that hold the most. Called every second.
+	pub(crate) fn enforce_memory(&self) {
+		for (key, excess) in self.memory.over() {
+			self.slots.evict_to_free(key, excess);
+		}
+	}
+}
+
 /// The QUIC endpoints' view of the memory ceiling: each address's share, and room made for an
 /// address within its share when the ceiling is full.
 struct Accounts(Arc<Relay>);
@@ -234,18 +245,29 @@ impl Slots {
 
 	/// Closes the connection of address `key` that holds the most memory; whether there was one.
 	fn evict_largest(&self, key: u64) -> bool {
+		self.evict_to_free(key, 1) > 0
+	}
+
+	/// Closes the connections of address `key` that hold the most memory until they hold
+	/// `amount` together (or none is left); what they hold.
+	fn evict_to_free(&self, key: u64, amount: u64) -> u64 {
 		let mut open = self.lock();
 		let Some(connections) = open.get_mut(&key) else {
-			return false;
+			return 0;
 		};
 		let used = |memory: &Option<Budget>| memory.as_ref().map_or(0, Budget::used);
-		let Some(at) = (0..connections.len()).max_by_key(|&at| used(&connections[at].2)) else {
-			return false;
-		};
-		let (_, trigger, _) = connections.remove(at);
-		let _ = trigger.close();
-		self.evicted.fetch_add(1, Ordering::Relaxed);
-		true
+		let mut freed = 0;
+		while freed < amount {
+			let Some(at) = (0..connections.len()).max_by_key(|&at| used(&connections[at].2)) else {
+				break;
+			};
+			let (_, trigger, memory) = connections.remove(at);
+			// At least one byte, so a connection that holds nothing counts as freeing something.
+			freed += used(&memory).max(1);
+			let _ = trigger.close();
+			self.evicted.fetch_add(1, Ordering::Relaxed);
+		}
+		freed
 	}
 
 	fn lock(&self) -> std::sync::MutexGuard<'_, Evictions> {
@@ -301,6 +323,38 @@ mod tests {
 			let id = random_id();
 			assert!(id > 0 && id < 1 << 53, "{id}");
 		}
+	}
+
+	#[test]
+	fn an_address_past_its_memory_share_loses_its_largest_connections_until_it_is_not() {
+		let slots = Slots::new(u64::MAX);
+		let memory = Shares::new(Budget::new(1000), 0);
+		let ip: IpAddr = "192.0.2.7".parse().unwrap();
+		let address = memory.get(&address_requester(ip));
+		let connections: Vec<Budget> = (0..4).map(|_| address.child(u64::MAX)).collect();
+		let slots_held: Vec<Slot<'_>> = connections
+			.iter()
+			.map(|budget| slots.admit(ip, Some(budget.clone())).unwrap())
+			.collect();
+		// Send queues counted past the share (what is never refused): 100, 400, 300 and 500.
+		let mut held = Vec::new();
+		for (budget, amount) in connections.iter().zip([100, 400, 300, 500]) {
+			let mut charge = budget.empty();
+			charge.force(amount);
+			held.push(charge);
+		}
+		assert_eq!(memory.over(), vec![(address_requester(ip), 300)]);
+		for (key, excess) in memory.over() {
+			assert_eq!(slots.evict_to_free(key, excess), 500, "the largest alone covers it");
+		}
+		let closed: Vec<bool> = slots_held.iter().map(|slot| slot.eviction.is_closed()).collect();
+		assert_eq!(closed, [false, false, false, true]);
+		assert_eq!(slots.evicted.load(Ordering::Relaxed), 1);
+		// Past by more than the largest holds: the next largest go too, the smallest stays.
+		held[1].force(600);
+		assert_eq!(slots.evict_to_free(address_requester(ip), 1200), 1300);
+		let closed: Vec<bool> = slots_held.iter().map(|slot| slot.eviction.is_closed()).collect();
+		assert_eq!(closed, [false, true, true, true]);
 	}
 
 	#[test]

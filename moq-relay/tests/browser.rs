@@ -39,15 +39,37 @@ const COUNT: u64 = 30;
 /// Checks `got` is `COUNT` groups with consecutive sequences, in order, each carrying its
 /// sequence as text.
 fn consecutive(scenario: &str, got: &[(u64, String)]) {
+	consecutive_where(scenario, got, "");
+}
+
+/// [`consecutive`], saying `losses` (the relay's groups lost, by reason) if it fails.
+fn consecutive_where(scenario: &str, got: &[(u64, String)], losses: &str) {
 	assert_eq!(got.len() as u64, COUNT, "{scenario}: {got:?}");
 	for (i, (sequence, text)) in got.iter().enumerate() {
 		assert_eq!(
 			*sequence,
 			got[0].0 + i as u64,
-			"{scenario}: a gap or reordering: {got:?}"
+			"{scenario}: a gap or reordering: {got:?}; the relay's losses: {losses}"
 		);
 		assert_eq!(text, &sequence.to_string(), "{scenario}: group {sequence}'s frame");
 	}
+}
+
+/// The relay's counts of groups lost, by reason (`moq_relay_groups_lost_total`), and of groups
+/// received: what a failing check says, so a gap has its reason.
+async fn losses(relay: &Relay) -> String {
+	let metrics = moq_client::http::get(relay.bound.http.unwrap(), "/metrics")
+		.await
+		.unwrap()
+		.body;
+	metrics
+		.lines()
+		.filter(|line| {
+			line.starts_with("moq_relay_groups_lost_total{") || line.starts_with("moq_relay_groups_in_total")
+		})
+		.filter(|line| !line.ends_with(" 0"))
+		.collect::<Vec<_>>()
+		.join(", ")
 }
 
 /// Groups that reach a browser viewer within this long of each other arrived together: the
@@ -63,10 +85,10 @@ const TOGETHER_MS: f64 = 5.0;
 /// carrying its sequence as text, in order except between groups that arrived together
 /// ([`TOGETHER_MS`]): a relay that served an older group after a newer one (newest first, or a
 /// late group) fails it.
-fn consecutive_in_browser(scenario: &str, got: &[(u64, String, f64)]) {
+fn consecutive_in_browser(scenario: &str, got: &[(u64, String, f64)], losses: &str) {
 	let mut sorted: Vec<(u64, String)> = got.iter().map(|(s, t, _)| (*s, t.clone())).collect();
 	sorted.sort();
-	consecutive(scenario, &sorted);
+	consecutive_where(scenario, &sorted, losses);
 	for (i, (sequence, _, arrived)) in got.iter().enumerate() {
 		for (earlier, _, before) in &got[..i] {
 			assert!(
@@ -201,10 +223,10 @@ fn browsers_and_native_clients_through_the_relay() {
 
 		let line = next("browser → browser").await;
 		assert_eq!(line["version"], "moq-lite-05", "{line}");
-		consecutive_in_browser("browser → browser", &got(&line));
+		consecutive_in_browser("browser → browser", &got(&line), &losses(&relay).await);
 
 		let line = next("native → browser").await;
-		consecutive_in_browser("native → browser", &got(&line));
+		consecutive_in_browser("native → browser", &got(&line), &losses(&relay).await);
 
 		let line = next("moq-clock → browser").await;
 		let frames = strings(&line, "frames");
@@ -229,7 +251,11 @@ fn browsers_and_native_clients_through_the_relay() {
 		// where the two went is not pinned down yet). From then on every group, in order: the
 		// last COUNT of 40.
 		let groups = got(&line);
-		consecutive_in_browser("native → @moq/lite (04)", &groups[groups.len() - COUNT as usize..]);
+		consecutive_in_browser(
+			"native → @moq/lite (04)",
+			&groups[groups.len() - COUNT as usize..],
+			&losses(&relay).await,
+		);
 
 		let line = next("browser → native").await;
 		assert_eq!(line["version"], "moq-lite-05", "{line}");

@@ -282,6 +282,20 @@ fn a_subscriber_that_never_reads_holds_a_bounded_number_of_groups() {
 		let in_flight = relay.metric("moq_relay_groups_in_flight").await;
 		assert!(in_flight <= 16 + 1, "{in_flight} groups in flight");
 		assert!(relay.metric("moq_relay_budget_refusals_total").await > 0);
+		// The groups the stalled subscriber lost have their reason in /metrics: reset at its
+		// in-flight limit, or as stale; the healthy viewer lost none.
+		let lost = async |reason: &str| {
+			relay
+				.metric(&format!("moq_relay_groups_lost_total{{reason=\"{reason}\"}}"))
+				.await
+		};
+		let (limit, stale) = (lost("in_flight").await, lost("stale").await);
+		println!("the stalled subscriber lost {limit} groups at its in-flight limit, {stale} as stale");
+		// (What its connection's stream limit let through, about 1,000 groups, was sent.)
+		assert!(limit + stale > 0, "{limit} + {stale} groups lost with a reason");
+		for reason in ["ending", "cache", "aborted", "stopped", "refused"] {
+			assert_eq!(lost(reason).await, 0, "none lost as {reason}");
+		}
 		let cache = relay.metric("moq_relay_cache_bytes").await;
 		assert!(cache <= relay.metric("moq_relay_cache_capacity_bytes").await);
 		drop((send, _recv, stalled));

@@ -23,7 +23,7 @@ struct Args {
 }
 
 /// The measurements `measure` prints, as the table names them, and the bound its test asserts.
-const ROWS: [(&str, &str, &str); 4] = [
+const ROWS: [(&str, &str, &str); 8] = [
 	("handshake", "Y: per handshake in progress", "128 KiB"),
 	("idle", "Z: per idle established connection", "256 KiB"),
 	(
@@ -32,6 +32,26 @@ const ROWS: [(&str, &str, &str); 4] = [
 		"32 MiB",
 	),
 	("flood", "X: announcement flood, whole connection", "16 MiB"),
+	(
+		"address",
+		"one address: 60 sessions parking partial input (480 MiB unbounded), --max-memory 256MiB",
+		"its share (128 MiB) + 16 MiB",
+	),
+	(
+		"total",
+		"eight addresses: 120 such sessions (960 MiB unbounded), --max-memory 256MiB",
+		"the ceiling (256 MiB)",
+	),
+	(
+		"watcher",
+		"a watcher of 4,000 broadcasts, 200 announcement requests unread",
+		"16 MiB",
+	),
+	(
+		"queues",
+		"one address: 120 connections stalling 64 subscriptions each (send queues), --max-memory 256MiB",
+		"its share (85 MiB) + 16 MiB",
+	),
 ];
 
 fn main() -> anyhow::Result<()> {

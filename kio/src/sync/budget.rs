@@ -497,6 +497,16 @@ impl<K: Hash + Eq + Clone> Shares<K> {
 		self.lock().get(key).map_or(0, Budget::used)
 	}
 
+	/// The keys holding more than their share (charges [forced](Charge::force) past it), and by
+	/// how much.
+	pub fn over(&self) -> Vec<(K, u64)> {
+		let keys = self.lock();
+		(keys.iter())
+			.filter(|(_, budget)| budget.used() > budget.capacity())
+			.map(|(key, budget)| (key.clone(), budget.used() - budget.capacity()))
+			.collect()
+	}
+
 	/// The budget every key's takes from.
 	pub fn total(&self) -> &Budget {
 		&self.total
@@ -585,7 +595,9 @@ mod tests {
 		assert!(a.charge(1).is_none(), "a holds more than its share now");
 		let _b = b.charge(100).expect("b takes its share while a is over");
 		assert_eq!(shares.greediest(), Some((0, 900)));
+		assert_eq!(shares.over(), vec![(0, 400)], "a is 400 past its share");
 		held.shrink(500);
+		assert!(shares.over().is_empty());
 		assert!(a.charge(50).is_some(), "back under its share");
 		let c: Vec<Budget> = (2..22).map(|key| shares.get(&key)).collect();
 		assert_eq!(c[0].capacity(), 100, "never below the floor");

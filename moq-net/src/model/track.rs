@@ -697,6 +697,8 @@ pub struct TrackConsumer {
 	subscription: Option<usize>,
 	/// Who this cursor subscribes for (see [`TrackProducer::holders`]).
 	requester: Option<u64>,
+	/// Groups `recv_group` passed over because the cache dropped them first ([`skipped`](Self::skipped)).
+	skipped: u64,
 }
 
 /// What a cursor has passed, by sequence: meaningful only in the numbering it was read in. Every
@@ -749,6 +751,7 @@ impl TrackConsumer {
 			end: None,
 			subscription: None,
 			requester: None,
+			skipped: 0,
 		}
 	}
 
@@ -912,6 +915,13 @@ impl TrackConsumer {
 		}
 	}
 
+	/// How many groups [`recv_group`](Self::recv_group) has passed over because the cache dropped
+	/// them (by age or to make room) before this cursor read them: what its reader lost to the
+	/// cache, as opposed to groups it chose not to take (below its start, above its end).
+	pub fn skipped(&self) -> u64 {
+		self.skipped
+	}
+
 	/// The next group in arrival order; `Ok(None)` once the track is complete and every group was
 	/// offered; registers for the next group otherwise.
 	pub fn poll_recv_group(&mut self, waiter: &Waiter) -> Poll<Result<Option<GroupConsumer>, Error>> {
@@ -922,6 +932,8 @@ impl TrackConsumer {
 		// `TrackProducer::start_over` leaves every cursor that has not looked since behind the
 		// base (`start_at` and `clear_start` look too), so a live reader pays one comparison for
 		// this; the arrival index is corrected below, as after any eviction.
+		// Groups of an old numbering passed at a start-over were not lost: they are not counted.
+		let restarted = self.passed.restarts != state.restarts;
 		if self.next_arrival < state.base {
 			self.passed.follow(state.restarts);
 		}
@@ -933,6 +945,9 @@ impl TrackConsumer {
 		loop {
 			// Groups evicted before this cursor read them: skip to the oldest still cached.
 			if self.next_arrival < state.base {
+				if !restarted {
+					self.skipped += state.base - self.next_arrival;
+				}
 				self.next_arrival = state.base;
 			}
 			let Some(slot) = state.arrival.get((self.next_arrival - state.base) as usize) else {
@@ -940,6 +955,7 @@ impl TrackConsumer {
 			};
 			self.next_arrival += 1;
 			let Some(cached) = slot else {
+				self.skipped += 1;
 				continue;
 			};
 			if self.start.is_some_and(|start| cached.sequence < start) {
@@ -1040,6 +1056,7 @@ impl Clone for TrackConsumer {
 			end: self.end,
 			subscription: None,
 			requester: self.requester,
+			skipped: 0,
 		}
 	}
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use kio::sync::{Budget, Charge};
+use moq_net::lite::session::GroupLoss;
 use moq_quic::{EndpointStats, HandshakeBudget, Router, ServerCertificate};
 
 pub use prom::CONTENT_TYPE;
@@ -315,6 +316,14 @@ impl Stats {
 				"Bytes of datagrams handed to one worker that it may hold (limits.forward_queue).",
 				limits.forward_queue as u64,
 			);
+		}
+		let mut lost = prom.family(
+			"moq_relay_groups_lost_total",
+			"Groups not delivered whole, by reason: in_flight (reset to keep a subscription within limits.groups_in_flight), stale (superseded longer ago than the track's latency), ending (not sent within the latency after the subscription ended), cache (dropped from the cache by age or for room before the subscriber's turn), aborted (the group ended badly while sent), stopped (the subscriber stopped it), refused (a publisher's group the track already had or keeps no more).",
+			Kind::Counter,
+		);
+		for why in GroupLoss::ALL {
+			lost.sample(&[("reason", why.name())], counters.lost(why));
 		}
 		self.render_workers(&mut prom, &endpoints);
 		prom.finish()

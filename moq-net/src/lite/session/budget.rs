@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use kio::sync::Charge;
 
-use super::{Counters, Limits};
+use super::{Counters, GroupLoss, Limits};
 
 /// What a budget counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +114,18 @@ impl Budget {
 			self.refused();
 		}
 		resized
+	}
+
+	/// Counts a group lost for `why`.
+	pub(crate) fn lost(&self, why: GroupLoss) {
+		self.lost_many(why, 1);
+	}
+
+	/// Counts `count` groups lost for `why`.
+	pub(crate) fn lost_many(&self, why: GroupLoss, count: u64) {
+		if let Some(counters) = self.counters.as_deref().filter(|_| count > 0) {
+			counters.groups_lost[why as usize].fetch_add(count, Ordering::Relaxed);
+		}
 	}
 
 	/// Counts a request, stream or group refused or cut for want of budget.

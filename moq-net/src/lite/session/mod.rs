@@ -288,6 +288,63 @@ pub struct Counters {
 	pub budget_refusals: AtomicU64,
 	/// Requests that waited for their session's request rate ([`Limits::request_rate`]).
 	pub requests_paced: AtomicU64,
+	/// Groups lost on their way through, by why ([`GroupLoss`], indexed by `as usize`).
+	pub groups_lost: [AtomicU64; GroupLoss::ALL.len()],
+}
+
+impl Counters {
+	/// How many groups were lost for `why`.
+	pub fn lost(&self, why: GroupLoss) -> u64 {
+		self.groups_lost[why as usize].load(std::sync::atomic::Ordering::Relaxed)
+	}
+}
+
+/// Why a group was not delivered whole: every group a session drops is counted under one
+/// ([`Counters::groups_lost`]), so a gap a viewer sees has a reason in the relay's `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupLoss {
+	/// Reset to keep its subscription within its groups in flight ([`Limits::groups_in_flight`]):
+	/// the subscriber reads slower than the track comes.
+	InFlight,
+	/// Reset: a newer group superseded it longer ago than the track's latency.
+	Stale,
+	/// Reset: not sent within the track's latency after the subscription's end.
+	Ending,
+	/// Never sent: the cache dropped it (by age, or to make room) before the subscriber's turn.
+	Cache,
+	/// Cut while it was sent: the group itself ended badly (its publisher reset it, or the cache
+	/// evicted it mid-read).
+	Aborted,
+	/// Stopped by the subscriber (STOP_SENDING): its choice.
+	Stopped,
+	/// From a publisher, not taken: a sequence the track already has, or one older than it keeps.
+	Refused,
+}
+
+impl GroupLoss {
+	/// Every reason, in index order.
+	pub const ALL: [Self; 7] = [
+		Self::InFlight,
+		Self::Stale,
+		Self::Ending,
+		Self::Cache,
+		Self::Aborted,
+		Self::Stopped,
+		Self::Refused,
+	];
+
+	/// Its label in metrics.
+	pub fn name(self) -> &'static str {
+		match self {
+			Self::InFlight => "in_flight",
+			Self::Stale => "stale",
+			Self::Ending => "ending",
+			Self::Cache => "cache",
+			Self::Aborted => "aborted",
+			Self::Stopped => "stopped",
+			Self::Refused => "refused",
+		}
+	}
 }
 
 impl Default for Counters {
@@ -307,6 +364,7 @@ impl Default for Counters {
 			request_bytes: gauge(),
 			budget_refusals: AtomicU64::new(0),
 			requests_paced: AtomicU64::new(0),
+			groups_lost: Default::default(),
 		}
 	}
 }

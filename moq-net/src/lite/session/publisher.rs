@@ -13,7 +13,7 @@ use kio::{JoinHandle, Waiter, WaiterList};
 
 use super::budget::{Budget, Resource};
 use super::io::{self, Reader, Sending};
-use super::{Counters, Inner, SessionError};
+use super::{Counters, GroupLoss, Inner, SessionError};
 use crate::coding::{DecodeError, Encode, EncodeError};
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, ErrorCode, Fetch, FrameHeader,
@@ -24,7 +24,7 @@ use crate::model::{
 	self, BroadcastConsumer, GroupConsumer, Origin, OriginConsumer, Path, Subscription, TrackConsumer, TrackInfo,
 	Update,
 };
-use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportExt};
+use crate::transport::{RecvStream, SendStream, SendStreamExt, Transport, TransportError, TransportExt};
 
 /// What one request the peer opens costs while it is served, beyond what it reads in part: its
 /// task with the handler's state (boxed, 1-2 KB) and the stream's state in the transport
@@ -335,6 +335,7 @@ impl InFlight {
 			} else if stale {
 				oldest.abort();
 				budget.refused();
+				budget.lost(GroupLoss::Stale);
 				self.tasks.pop_front();
 			} else {
 				break;
@@ -352,13 +353,14 @@ impl InFlight {
 			if !oldest.is_finished() {
 				oldest.abort();
 				budget.refused();
+				budget.lost(GroupLoss::InFlight);
 			}
 		}
 		self.tasks.push_back((None, task));
 	}
 
 	/// Waits for the groups in flight to be sent, for at most `limit`; the rest are reset.
-	async fn join(&mut self, limit: Duration) {
+	async fn join(&mut self, limit: Duration, budget: &Budget) {
 		let mut deadline = kio::time::Deadline::new(Some(kio::time::now() + limit));
 		kio::wait(|waiter| {
 			while let Some((_, task)) = self.tasks.front() {
@@ -370,6 +372,8 @@ impl InFlight {
 			Poll::Ready(())
 		})
 		.await;
+		let unsent = self.tasks.iter().filter(|(_, task)| !task.is_finished()).count();
+		budget.lost_many(GroupLoss::Ending, unsent as u64);
 	}
 }
 
@@ -440,6 +444,8 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	let open_order = Rc::new(OpenOrder::default());
 	// Groups taken from a cursor that has stayed ready since the request stream was last read.
 	let mut taken = 0;
+	// The cursor's skipped groups already counted as lost.
+	let mut counted_skips = 0;
 	loop {
 		// The cursor first: a group that is ready is taken without a look at the request
 		// stream, which is read whenever no group is (so a parked subscription waits on both).
@@ -465,6 +471,10 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 			}
 		})
 		.await;
+		// Groups the cache dropped before this subscription's turn.
+		let skipped = cursor.skipped();
+		inner.budget.lost_many(GroupLoss::Cache, skipped - counted_skips);
+		counted_skips = skipped;
 		match event {
 			SubscribeEvent::Group(Ok(Some(group))) => {
 				let first = match first {
@@ -510,7 +520,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				}
 				// The last groups get the track's latency to be taken; a subscriber that stopped
 				// reading does not hold them longer.
-				groups.join(cursor.info().latency_max).await;
+				groups.join(cursor.info().latency_max, &inner.budget).await;
 				return send.finish();
 			}
 			SubscribeEvent::Group(Err(model::Error::Dropped)) if owner.is_some() => {
@@ -529,6 +539,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 					.map_err(SessionError::Model)?;
 				broadcast = next;
 				info = None;
+				counted_skips = 0;
 			}
 			SubscribeEvent::Group(Err(err)) => return Err(SessionError::Model(err)),
 			SubscribeEvent::Update(Ok(Some(mut update))) => {
@@ -703,7 +714,15 @@ impl<T: Transport + 'static> GroupStream<T> {
 			Ok(()) => {
 				let _ = send.finish();
 			}
-			Err(err) => send.reset(err.code()),
+			Err(err) => {
+				match &err {
+					SessionError::Model(_) => self.inner.budget.lost(GroupLoss::Aborted),
+					SessionError::Transport(TransportError::Stopped(_)) => self.inner.budget.lost(GroupLoss::Stopped),
+					// The connection is gone: nothing is lost that its end does not explain.
+					_ => {}
+				}
+				send.reset(err.code());
+			}
 		}
 		Poll::Ready(())
 	}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::budget::{Held, Resource};
 use super::io::{self, Reader, Sending};
 use super::publisher::Owned;
-use super::{Inner, MAX_FRAME, SessionError};
+use super::{GroupLoss, Inner, MAX_FRAME, SessionError};
 use crate::coding::DecodeError;
 use crate::lite::{
 	Announce, AnnounceOk, AnnounceRequest, AnnounceStatus, ControlType, DataType, Datagram, ErrorCode, FrameHeader,
@@ -596,6 +596,7 @@ pub(super) async fn accept_datagrams<T: Transport + 'static>(inner: Rc<Inner<T>>
 		}
 		// A group the track already has, or one too old for it, is dropped like a late stream's.
 		let Ok(mut group) = track.create_group(datagram.sequence) else {
+			inner.budget.lost(GroupLoss::Refused);
 			continue;
 		};
 		let stamp = Timestamp::new(datagram.timestamp, track.info().timescale);
@@ -653,7 +654,10 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 		}
 	};
 	let timescale = track.info().timescale;
-	let mut group = track.create_group(header.sequence).map_err(SessionError::Model)?;
+	let mut group = track.create_group(header.sequence).map_err(|err| {
+		inner.budget.lost(GroupLoss::Refused);
+		SessionError::Model(err)
+	})?;
 	let counters = inner.config.counters.as_deref();
 	if let Some(counters) = counters {
 		counters.groups_in.fetch_add(1, Ordering::Relaxed);
