@@ -22,7 +22,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,21 +55,66 @@ fn consecutive_where(scenario: &str, got: &[(u64, String)], losses: &str) {
 	}
 }
 
+/// The relay's trace of groups in and out (moq-net's `trace` events), as it is written.
+#[derive(Clone, Default)]
+struct Trace(Arc<Mutex<Vec<u8>>>);
+
+impl Trace {
+	/// Collects this process's trace from now on (the relay runs in it).
+	fn start() -> Self {
+		let trace = Self::default();
+		let writer = trace.clone();
+		let _ = tracing_subscriber::fmt()
+			.with_env_filter("moq_net=trace")
+			.with_ansi(false)
+			.with_writer(move || writer.clone())
+			.try_init();
+		trace
+	}
+
+	/// The lines about `broadcast`, and every loss, in order.
+	fn about(&self, broadcast: &str) -> String {
+		let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+		let named = format!("broadcast={broadcast} ");
+		let lost = ["reset", "cut", "cache"];
+		text.lines()
+			.filter(|line| line.contains(&named) || lost.iter().any(|word| line.contains(word)))
+			.collect::<Vec<_>>()
+			.join("\n")
+	}
+}
+
+impl Write for Trace {
+	fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+		self.0.lock().unwrap().extend_from_slice(bytes);
+		Ok(bytes.len())
+	}
+
+	fn flush(&mut self) -> std::io::Result<()> {
+		Ok(())
+	}
+}
+
 /// The relay's counts of groups lost, by reason (`moq_relay_groups_lost_total`), and of groups
-/// received: what a failing check says, so a gap has its reason.
-async fn losses(relay: &Relay) -> String {
+/// received, and its trace of `broadcast`'s groups: what a failing check says, so a gap or a
+/// reordering has its reason.
+async fn losses(relay: &Relay, trace: &Trace, broadcast: &str) -> String {
 	let metrics = moq_client::http::get(relay.bound.http.unwrap(), "/metrics")
 		.await
 		.unwrap()
 		.body;
-	metrics
+	let counts = metrics
 		.lines()
 		.filter(|line| {
 			line.starts_with("moq_relay_groups_lost_total{") || line.starts_with("moq_relay_groups_in_total")
 		})
 		.filter(|line| !line.ends_with(" 0"))
 		.collect::<Vec<_>>()
-		.join(", ")
+		.join(", ");
+	format!(
+		"{counts}; the relay's trace of {broadcast}:\n{}",
+		trace.about(broadcast)
+	)
 }
 
 /// Groups that reach a browser viewer within this long of each other arrived together: the
@@ -177,6 +222,7 @@ fn driver() -> std::path::PathBuf {
 #[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
 fn browsers_and_native_clients_through_the_relay() {
 	let dir = driver();
+	let trace = Trace::start();
 	let relay = Relay::start(1);
 	let url = format!("https://127.0.0.1:{}/", relay.bound.quic.port());
 	let mut node = runtime().block_on(async {
@@ -223,10 +269,14 @@ fn browsers_and_native_clients_through_the_relay() {
 
 		let line = next("browser → browser").await;
 		assert_eq!(line["version"], "moq-lite-05", "{line}");
-		consecutive_in_browser("browser → browser", &got(&line), &losses(&relay).await);
+		consecutive_in_browser(
+			"browser → browser",
+			&got(&line),
+			&losses(&relay, &trace, "web-b2b").await,
+		);
 
 		let line = next("native → browser").await;
-		consecutive_in_browser("native → browser", &got(&line), &losses(&relay).await);
+		consecutive_in_browser("native → browser", &got(&line), &losses(&relay, &trace, "native").await);
 
 		let line = next("moq-clock → browser").await;
 		let frames = strings(&line, "frames");
@@ -254,7 +304,7 @@ fn browsers_and_native_clients_through_the_relay() {
 		consecutive_in_browser(
 			"native → @moq/lite (04)",
 			&groups[groups.len() - COUNT as usize..],
-			&losses(&relay).await,
+			&losses(&relay, &trace, "native").await,
 		);
 
 		let line = next("browser → native").await;

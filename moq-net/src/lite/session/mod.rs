@@ -451,7 +451,7 @@ struct Inner<T: Transport> {
 	/// are issued in order, so one below `next_subscribe_id` that is not live was issued and
 	/// cancelled: a late group stream for it is stopped, not fatal (and no set of retired ids grows
 	/// with the session's age).
-	subscriptions: RefCell<HashMap<u64, TrackProducer>>,
+	subscriptions: RefCell<HashMap<u64, (crate::Path, TrackProducer)>>,
 	next_subscribe_id: Cell<u64>,
 	/// Subscribe ids of the peer's SUBSCRIBEs open toward our publisher half (a second SUBSCRIBE
 	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].

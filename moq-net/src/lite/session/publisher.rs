@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kio::{JoinHandle, Waiter, WaiterList};
+use tracing::trace;
 
 use super::budget::{Budget, Resource};
 use super::io::{self, Reader, Sending};
@@ -309,30 +310,34 @@ fn stream_priority(priority: u8, ordered: bool, first: u64, sequence: u64) -> i3
 /// superseded). A subscriber that stops reading makes us hold a bounded number of groups, for a
 /// bounded time.
 struct InFlight {
-	/// When the next group superseded it (`None` for the newest), and its task.
-	tasks: VecDeque<(Option<Instant>, JoinHandle<()>)>,
+	/// When the next group superseded it (`None` for the newest), its sequence, and its task.
+	tasks: VecDeque<(Option<Instant>, u64, JoinHandle<()>)>,
 	limit: usize,
+	/// The subscribe id, for the trace.
+	subscription: u64,
 }
 
 impl InFlight {
-	fn new(limit: usize) -> Self {
+	fn new(limit: usize, subscription: u64) -> Self {
 		Self {
 			tasks: VecDeque::new(),
 			limit: limit.max(1),
+			subscription,
 		}
 	}
 
 	/// A new group arrived: it supersedes the newest in flight. Finished groups leave from the
 	/// front, and a stale one there is reset. O(1) per group, amortised: no walk of the queue.
 	fn supersede(&mut self, now: Instant, max_age: Duration, budget: &Budget) {
-		if let Some((superseded, _)) = self.tasks.back_mut() {
+		if let Some((superseded, ..)) = self.tasks.back_mut() {
 			superseded.get_or_insert(now);
 		}
-		while let Some((superseded, oldest)) = self.tasks.front() {
+		while let Some((superseded, sequence, oldest)) = self.tasks.front() {
 			let stale = superseded.is_some_and(|at| now.duration_since(at) > max_age);
 			if oldest.is_finished() {
 				self.tasks.pop_front();
 			} else if stale {
+				trace!(subscription = self.subscription, sequence, "group out: reset, stale");
 				oldest.abort();
 				budget.refused();
 				budget.lost(GroupLoss::Stale);
@@ -345,25 +350,30 @@ impl InFlight {
 
 	/// A group served by a task of its own. At the limit, the oldest (the front: one still in
 	/// flight there while later ones finished is the oldest) is reset to make room.
-	fn push(&mut self, task: JoinHandle<()>, budget: &Budget) {
+	fn push(&mut self, task: JoinHandle<()>, sequence: u64, budget: &Budget) {
 		while self.tasks.len() >= self.limit {
-			let Some((_, oldest)) = self.tasks.pop_front() else {
+			let Some((_, oldest_sequence, oldest)) = self.tasks.pop_front() else {
 				break;
 			};
 			if !oldest.is_finished() {
+				trace!(
+					subscription = self.subscription,
+					sequence = oldest_sequence,
+					"group out: reset, in-flight limit"
+				);
 				oldest.abort();
 				budget.refused();
 				budget.lost(GroupLoss::InFlight);
 			}
 		}
-		self.tasks.push_back((None, task));
+		self.tasks.push_back((None, sequence, task));
 	}
 
 	/// Waits for the groups in flight to be sent, for at most `limit`; the rest are reset.
 	async fn join(&mut self, limit: Duration, budget: &Budget) {
 		let mut deadline = kio::time::Deadline::new(Some(kio::time::now() + limit));
 		kio::wait(|waiter| {
-			while let Some((_, task)) = self.tasks.front() {
+			while let Some((_, _, task)) = self.tasks.front() {
 				if task.poll_join(waiter).is_pending() {
 					return deadline.poll_elapsed(waiter);
 				}
@@ -372,14 +382,17 @@ impl InFlight {
 			Poll::Ready(())
 		})
 		.await;
-		let unsent = self.tasks.iter().filter(|(_, task)| !task.is_finished()).count();
+		let unsent = self.tasks.iter().filter(|(.., task)| !task.is_finished()).count();
+		if unsent > 0 {
+			trace!(subscription = self.subscription, unsent, "group out: reset, ending");
+		}
 		budget.lost_many(GroupLoss::Ending, unsent as u64);
 	}
 }
 
 impl Drop for InFlight {
 	fn drop(&mut self) {
-		for (_, task) in &self.tasks {
+		for (.., task) in &self.tasks {
 			task.abort();
 		}
 	}
@@ -440,7 +453,7 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 	}
 	let mut first = None;
 	let mut info = None;
-	let mut groups = InFlight::new(inner.config.limits.groups_in_flight);
+	let mut groups = InFlight::new(inner.config.limits.groups_in_flight, request.id);
 	let open_order = Rc::new(OpenOrder::default());
 	// Groups taken from a cursor that has stayed ready since the request stream was last read.
 	let mut taken = 0;
@@ -473,8 +486,15 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 		.await;
 		// Groups the cache dropped before this subscription's turn.
 		let skipped = cursor.skipped();
-		inner.budget.lost_many(GroupLoss::Cache, skipped - counted_skips);
-		counted_skips = skipped;
+		if skipped > counted_skips {
+			trace!(
+				subscription = request.id,
+				lost = skipped - counted_skips,
+				"group out: dropped by the cache first"
+			);
+			inner.budget.lost_many(GroupLoss::Cache, skipped - counted_skips);
+			counted_skips = skipped;
+		}
 		match event {
 			SubscribeEvent::Group(Ok(Some(group))) => {
 				let first = match first {
@@ -505,11 +525,20 @@ async fn subscribe<T: Transport + 'static, S: SendStream, R: RecvStream>(
 				let served = groups.tasks.is_empty()
 					&& stream.group.is_ended()
 					&& kio::wait(|waiter| Poll::Ready(stream.poll(waiter).is_ready())).await;
+				trace!(
+					broadcast = %request.broadcast,
+					track = %request.track,
+					subscription = request.id,
+					sequence = stream.group.sequence(),
+					served,
+					"group out"
+				);
 				if !served {
 					if stream.send.is_none() {
 						stream.turn = Some(OpenOrder::take_turn(&open_order));
 					}
-					groups.push(kio::spawn(stream.serve()), &inner.budget);
+					let sequence = stream.group.sequence();
+					groups.push(kio::spawn(stream.serve()), sequence, &inner.budget);
 				}
 			}
 			SubscribeEvent::Group(Ok(None)) => {
@@ -627,6 +656,8 @@ const UPDATES_AFTER: u32 = 16;
 /// spawn, the task's own polls and its join handle.
 struct GroupStream<T: Transport> {
 	inner: Rc<Inner<T>>,
+	/// The subscribe id it answers, for the trace.
+	subscription: u64,
 	group: GroupConsumer,
 	priority: i32,
 	/// The stream, once opened.
@@ -651,6 +682,7 @@ impl<T: Transport + 'static> GroupStream<T> {
 		};
 		Self {
 			inner,
+			subscription: subscribe_id,
 			group,
 			priority,
 			send: None,
@@ -715,6 +747,12 @@ impl<T: Transport + 'static> GroupStream<T> {
 				let _ = send.finish();
 			}
 			Err(err) => {
+				trace!(
+					subscription = self.subscription,
+					sequence = self.group.sequence(),
+					%err,
+					"group out: cut"
+				);
 				match &err {
 					SessionError::Model(_) => self.inner.budget.lost(GroupLoss::Aborted),
 					SessionError::Transport(TransportError::Stopped(_)) => self.inner.budget.lost(GroupLoss::Stopped),
@@ -1002,16 +1040,16 @@ mod tests {
 		// reset as soon as the next group arrives, as it would be if its age counted from its start.
 		kio::block_on(async {
 			let budget = Budget::new(crate::lite::session::Limits::default(), None, None);
-			let mut flight = InFlight::new(64);
+			let mut flight = InFlight::new(64, 0);
 			let start = kio::time::now();
 			let later = |secs| start + Duration::from_secs(secs);
 			let pending = || kio::spawn(std::future::pending::<()>());
 			let arrive = |flight: &mut InFlight, at| flight.supersede(at, Duration::from_secs(10), &budget);
 			arrive(&mut flight, start);
-			flight.push(pending(), &budget);
+			flight.push(pending(), 0, &budget);
 			// A minute later the next group comes: the first is superseded now, not stale.
 			arrive(&mut flight, later(60));
-			flight.push(pending(), &budget);
+			flight.push(pending(), 1, &budget);
 			assert_eq!(flight.tasks.len(), 2, "kept: superseded a moment ago");
 			// Eleven seconds after that, the first has been superseded longer than the latency.
 			arrive(&mut flight, later(71));
@@ -1020,19 +1058,19 @@ mod tests {
 				1,
 				"the stale one is reset as the next group arrives"
 			);
-			flight.push(pending(), &budget);
+			flight.push(pending(), 2, &budget);
 			// The count limit resets the oldest still in flight.
-			let mut capped = InFlight::new(2);
-			for _ in 0..5 {
+			let mut capped = InFlight::new(2, 0);
+			for sequence in 0..5 {
 				arrive(&mut capped, start);
-				capped.push(pending(), &budget);
+				capped.push(pending(), sequence, &budget);
 			}
 			assert_eq!(capped.tasks.len(), 2);
 			// A group served in place (it arrives, and is not pushed) takes no room, but it
 			// supersedes the newest in flight like any other, which then ages out.
 			arrive(&mut capped, start);
 			assert_eq!(capped.tasks.len(), 2, "room is made only for a group in flight");
-			assert!(capped.tasks.back().is_some_and(|(superseded, _)| superseded.is_some()));
+			assert!(capped.tasks.back().is_some_and(|(superseded, ..)| superseded.is_some()));
 			arrive(&mut capped, later(11));
 			assert!(capped.tasks.is_empty(), "both superseded longer than the latency ago");
 		});

@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
+use tracing::trace;
+
 use super::budget::{Held, Resource};
 use super::io::{self, Reader, Sending};
 use super::publisher::Owned;
@@ -488,7 +490,10 @@ async fn subscribe<T: Transport + 'static>(
 ) -> Result<(), SessionError> {
 	let id = inner.next_subscribe_id.get();
 	inner.next_subscribe_id.set(id + 1);
-	inner.subscriptions.borrow_mut().insert(id, track.clone());
+	inner
+		.subscriptions
+		.borrow_mut()
+		.insert(id, (path.clone(), track.clone()));
 	let _retire = Retire(inner, id);
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
@@ -585,9 +590,10 @@ pub(super) async fn accept_datagrams<T: Transport + 'static>(inner: Rc<Inner<T>>
 			Ok(datagram) => datagram,
 			Err(err) => return inner.fail(&SessionError::Decode(err)),
 		};
-		let Some(track) = inner.subscriptions.borrow().get(&datagram.subscribe_id).cloned() else {
+		let Some((path, track)) = inner.subscriptions.borrow().get(&datagram.subscribe_id).cloned() else {
 			continue;
 		};
+		trace!(broadcast = %path, track = %track.name(), sequence = datagram.sequence, "group in: datagram");
 		if let Some(counters) = inner.config.counters.as_deref() {
 			counters.groups_in.fetch_add(1, Ordering::Relaxed);
 			counters
@@ -642,10 +648,10 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 		Err(err) => return Err(err),
 	}
 	let header: GroupHeader = reader.decode().await?.ok_or(SessionError::Decode(DecodeError::Short))?;
-	let track = {
+	let (path, track) = {
 		let subscriptions = inner.subscriptions.borrow();
 		match subscriptions.get(&header.subscribe_id) {
-			Some(track) => track.clone(),
+			Some((path, track)) => (path.clone(), track.clone()),
 			// A late group of a subscription we cancelled: not the peer's fault.
 			None if header.subscribe_id < inner.next_subscribe_id.get() => {
 				return Err(SessionError::Model(model::Error::Cancelled));
@@ -655,9 +661,11 @@ async fn read_group<T: Transport + 'static, R: RecvStream>(
 	};
 	let timescale = track.info().timescale;
 	let mut group = track.create_group(header.sequence).map_err(|err| {
+		trace!(broadcast = %path, track = %track.name(), sequence = header.sequence, %err, "group in: refused");
 		inner.budget.lost(GroupLoss::Refused);
 		SessionError::Model(err)
 	})?;
+	trace!(broadcast = %path, track = %track.name(), sequence = header.sequence, "group in");
 	let counters = inner.config.counters.as_deref();
 	if let Some(counters) = counters {
 		counters.groups_in.fetch_add(1, Ordering::Relaxed);
