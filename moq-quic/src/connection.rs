@@ -299,16 +299,12 @@ struct QueueBudget {
 
 impl QueueBudget {
 	/// What the send streams hold queued is bounded per connection by the send buffer, and
-	/// counted in the connection's memory (`memory`, if charged) without being refused by it: a
-	/// writer waiting for room is woken by its own connection's drain, which it could not count on
-	/// if other connections' memory held it back. An application that shares a memory ceiling
-	/// holds it by closing the connections of whoever is past its share. (Large frames queued
-	/// are the cache's own bytes, shared, not copies.)
-	fn new(capacity: u64, memory: Option<&Budget>) -> Self {
-		let bytes = match memory {
-			Some(memory) => memory.child(capacity),
-			None => Budget::new(capacity),
-		};
+	/// counted in the connection's memory once a turn ([`Memory::queued`]) without being refused
+	/// by it: a writer waiting for room is woken by its own connection's drain, which it could not
+	/// count on if other connections' memory held it back. (Large frames queued are the cache's
+	/// own bytes, shared, not copies.)
+	fn new(capacity: u64) -> Self {
+		let bytes = Budget::new(capacity);
 		Self {
 			records: bytes.child(u64::MAX),
 			bytes,
@@ -352,14 +348,6 @@ impl QueueBudget {
 	}
 }
 
-/// Grows a send queue charge by `amount` that its own budget has room for: charged through the
-/// memory above it if that has room too, else counted there over its capacity.
-fn take_counted(charge: &mut Charge, amount: u64) {
-	if !charge.grow(amount) {
-		charge.force(amount);
-	}
-}
-
 /// What a stream holds queued, in bytes.
 fn queued(half: &SendHalf) -> usize {
 	half.queued.amount() as usize
@@ -374,6 +362,10 @@ pub(crate) struct Memory {
 	pub(crate) _cost: Charge,
 	/// Its connection receive window, as granted.
 	pub(crate) window: Charge,
+	/// What its send streams hold queued, as of its driver's last turn: counted, never refused
+	/// (see [`QueueBudget::new`]). Brought up to date once a turn rather than with every chunk,
+	/// which took four more atomic updates of shared budgets per chunk queued and given back.
+	pub(crate) queued: Charge,
 }
 
 /// A connection's state, shared by its handles and its driver.
@@ -425,7 +417,7 @@ impl ConnShared {
 				max_streams,
 				unsent: 0,
 				unannounced,
-				queue: QueueBudget::new(send_buffer as u64, memory.as_ref().map(|memory| &memory.budget)),
+				queue: QueueBudget::new(send_buffer as u64),
 				memory,
 			}),
 		})
@@ -890,6 +882,15 @@ fn turn(shared: &Rc<ConnShared>, endpoint: &Rc<EndpointShared>) -> Turn {
 		return Turn::Drained;
 	}
 
+	// What the send streams hold queued, counted in the connection's memory (see `Memory::queued`).
+	let queued = state.queue.bytes.used();
+	if let Some(memory) = &mut state.memory
+		&& !memory.queued.resize(queued)
+	{
+		let more = queued - memory.queued.amount();
+		memory.queued.force(more);
+	}
+
 	// The cap on quinn-proto's buffer: about one congestion window past what is in flight. What it
 	// holds unsent is kept to about a batch below, by `unsent`.
 	let mtu = usize::from(state.proto.current_mtu());
@@ -1266,11 +1267,16 @@ impl Connection {
 				break;
 			}
 			let take = room.min(data.len());
-			// Both fit the connection's send buffer: its room was counted just above, and nothing
-			// else takes it meanwhile. What the memory above it refuses is counted anyway (see
-			// `QueueBudget::new`).
-			take_counted(&mut half.records, CHUNK_COST);
-			take_counted(&mut half.queued, take as u64);
+			// Both fit: the room was counted just above, and nothing else takes it meanwhile.
+			if !half.records.grow(CHUNK_COST) {
+				queue.waiters.register(waiter);
+				break;
+			}
+			if !half.queued.grow(take as u64) {
+				half.records.shrink(CHUNK_COST);
+				queue.waiters.register(waiter);
+				break;
+			}
 			half.queue.push_back(data.split_to(take));
 		}
 		// A blocked stream waits for `Writable`, however much more is written to it.

@@ -419,6 +419,7 @@ fn memory_for(config: &Config, ip: IpAddr) -> Result<Option<Memory>, ()> {
 	let base = charge(crate::CONNECTION_COST)?;
 	let window = charge(config.server_window)?;
 	Ok(Some(Memory {
+		queued: budget.empty(),
 		budget,
 		_cost: base,
 		window,
