@@ -180,6 +180,23 @@ fn announcement_flood() -> u64 {
 	})
 }
 
+/// A client session through `endpoint` publishing `origin`'s broadcasts to the relay.
+async fn publishing(relay: &Running, endpoint: &Endpoint, origin: &Origin) -> impl Sized + use<> {
+	let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
+	let publish = Some(origin.consumer());
+	connect_client(
+		endpoint,
+		relay.quic,
+		&url,
+		&relay.verification(),
+		origin.id(),
+		publish,
+		None,
+	)
+	.await
+	.unwrap()
+}
+
 /// A raw session from `from` (a loopback address: another place, to the relay) leaving
 /// unfinished messages on `streams` streams; `None` if the relay refused it (its address at its
 /// share of the memory ceiling).
@@ -288,18 +305,7 @@ fn stalled_announcement_watcher() -> u64 {
 			let broadcasts: Vec<_> = (0..1000)
 				.map(|i| producer.create_broadcast(&Path::new(&format!("p{p}/{i:04}")), Route::default()))
 				.collect();
-			let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
-			let session = connect_client(
-				&endpoint,
-				relay.quic,
-				&url,
-				&relay.verification(),
-				origin.id(),
-				Some(origin.consumer()),
-				None,
-			)
-			.await
-			.unwrap();
+			let session = publishing(&relay, &endpoint, &origin).await;
 			publishers.push((origin, broadcasts, session));
 		}
 		until(&relay, "moq_relay_broadcasts", |n| n == 4000).await;
@@ -390,19 +396,9 @@ fn stalled_subscribers_share() -> u64 {
 		let _healthy = parking(&relay, IpAddr::from([127, 0, 0, 2]), 0).await.unwrap();
 		let origin = Origin::new(10);
 		let (_broadcast, track, _publication) = local_broadcast(&origin, "bbb");
-		let publishing = Endpoint::bind(SocketAddr::from(([127, 0, 0, 4], 0)), moq_quic::Config::new()).unwrap();
-		let url = Url::parse(&format!("moqt://localhost:{}/", relay.quic.port())).unwrap();
-		let _publisher = connect_client(
-			&publishing,
-			relay.quic,
-			&url,
-			&relay.verification(),
-			origin.id(),
-			Some(origin.consumer()),
-			None,
-		)
-		.await
-		.unwrap();
+		let publisher_endpoint =
+			Endpoint::bind(SocketAddr::from(([127, 0, 0, 4], 0)), moq_quic::Config::new()).unwrap();
+		let _publisher = publishing(&relay, &publisher_endpoint, &origin).await;
 		until(&relay, "moq_relay_broadcasts", |n| n == 1).await;
 		// Warm the upstream subscription, then cache 64 groups of eight 512-byte frames.
 		let _warm = stalled_subscriber(&relay, IpAddr::from([127, 0, 0, 5]), 1)
