@@ -12,6 +12,11 @@
 //!
 //! The relay's own page is tested here too (`tests/browser/page-run.mjs`).
 //!
+//! The load they tolerate: on this project's 2-core CI machine, 20 runs of 20 passed with two
+//! busy loops (two CPU hogs) beside them. A check that fails says the relay's losses by reason
+//! and its trace of the broadcast's groups in and out, so a gap or a reordering says whether
+//! the relay, the publisher or the viewer made it.
+//!
 //! It needs Chromium and Node, so it is ignored by the README's test command and run by `.ci/run`,
 //! which installs both: `cargo test -p moq-relay --test browser -- --ignored`. The browser is
 //! driven by `tests/browser/run.mjs` (puppeteer-core); `npm ci` runs first, once under a file
