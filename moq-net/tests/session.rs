@@ -1457,3 +1457,50 @@ fn groups_in_datagrams_are_read_into_the_subscribed_track() {
 		assert_eq!(raw.closed().await, moq_net::coding::DecodeError::Short.code());
 	});
 }
+
+#[test]
+fn a_viewer_whose_announcements_overflow_asks_again_and_keeps_what_it_mirrors() {
+	kio::block_on(async {
+		let relay = Origin::new(RELAY_ID);
+		let producer = relay.producer();
+		let kept = producer
+			.create_broadcast(&Path::new("kept"), Default::default())
+			.unwrap();
+		let gone = producer
+			.create_broadcast(&Path::new("gone"), Default::default())
+			.unwrap();
+		// The relay's side queues at most a few updates for the viewer.
+		let limits = session::Limits {
+			announce_queue: 2 << 10,
+			..session::Limits::default()
+		};
+		let viewer = Origin::new(2);
+		let (_viewer_side, _relay_side) = connect_limited(&relay, client(2, "/"), None, Some(&viewer), limits).await;
+		let kept_mirror = announced(&viewer, "kept").await;
+		announced(&viewer, "gone").await;
+		// A burst the viewer's queue cannot hold while it reads: the request is reset, and the
+		// viewer asks again.
+		drop(gone);
+		let burst: Vec<_> = (0..40)
+			.map(|i| {
+				producer
+					.create_broadcast(&Path::new(&format!("new/{i:02}")), Default::default())
+					.unwrap()
+			})
+			.collect();
+		for i in 0..40 {
+			announced(&viewer, &format!("new/{i:02}")).await;
+		}
+		// What the new set lacks is over; what it has is the same broadcast as before.
+		let consumer = viewer.consumer();
+		let mut cursor = consumer.announced(&Path::new("gone"));
+		while consumer.get_broadcast(&Path::new("gone")).is_some() {
+			cursor.next().await;
+		}
+		let still = consumer
+			.get_broadcast(&Path::new("kept"))
+			.expect("kept is still mirrored");
+		assert!(still.same(&kept_mirror), "the same mirror, not one made again");
+		drop((kept, burst));
+	});
+}

@@ -25,12 +25,29 @@ use crate::model::{
 };
 use crate::transport::{RecvStream, Transport, TransportError, TransportExt};
 
-/// Requests the peer's announcements and mirrors them into `origin`.
+/// Requests the peer's announcements and mirrors them into `origin`. A peer that could not keep
+/// up with what changed (its queue for us past its bound) resets the request with BoundsExceeded:
+/// we ask again, keep what we mirror, and end what the new request's current set no longer has.
 pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, origin: OriginProducer) {
-	if let Err(err) = announcements(&inner, &origin).await
-		&& err.is_fatal()
-	{
-		inner.fail(&err);
+	let mut mirrored = Mirrors {
+		inner: &inner,
+		map: HashMap::new(),
+	};
+	loop {
+		match announcements(&inner, &origin, &mut mirrored.map).await {
+			Err(SessionError::Transport(TransportError::Reset(code))) if code == ErrorCode::BoundsExceeded.code() => {
+				continue;
+			}
+			Err(err) if err.is_fatal() => inner.fail(&err),
+			Err(_) => {}
+			// The peer's FIN ends them all cleanly; a failure leaves them to `Mirrors`' drop.
+			Ok(()) => {
+				for (_, broadcast) in mirrored.map.drain() {
+					broadcast.end(true);
+				}
+			}
+		}
+		return;
 	}
 }
 
@@ -102,6 +119,7 @@ impl<T: Transport + 'static> Drop for Mirrors<'_, T> {
 async fn announcements<T: Transport + 'static>(
 	inner: &Rc<Inner<T>>,
 	origin: &OriginProducer,
+	mirrored: &mut HashMap<Path, Mirrored>,
 ) -> Result<(), SessionError> {
 	let (send, recv) = inner.transport.open_bi().await.map_err(SessionError::Transport)?;
 	let mut send = Sending::new(send);
@@ -114,39 +132,46 @@ async fn announcements<T: Transport + 'static>(
 	io::write_typed_for(&mut send.send, u64::from(ControlType::Announce), &request, version).await?;
 	// 05 names the sender in ANNOUNCE_OK (and leaves it out of the chains); on 03 and 04 each
 	// chain ends with the sender already.
-	let peer = if version.has_announce_ok() {
+	let (peer, initial) = if version.has_announce_ok() {
 		let Some(ok) = reader.decode::<AnnounceOk>().await? else {
 			return Ok(());
 		};
-		ok.origin
+		(ok.origin, Some(ok.active))
 	} else {
-		0
+		(0, None)
 	};
-	let mut mirrored = Mirrors {
-		inner,
-		map: HashMap::new(),
-	};
-	let result = mirror(inner, origin, &mut reader, peer, &mut mirrored.map).await;
-	// The peer's FIN ends them all cleanly; a failure leaves them to `Mirrors`' drop.
-	if result.is_ok() {
-		for (_, broadcast) in mirrored.map.drain() {
-			broadcast.end(true);
-		}
-	}
-	drop(mirrored);
+	let result = mirror(inner, origin, &mut reader, peer, mirrored, initial).await;
 	let _ = send.finish();
 	result
 }
 
+/// Mirrors what the announcement stream says. `initial` is how many ANNOUNCEs make up the
+/// current set (05's ANNOUNCE_OK): what we mirror already (a request asked again) is kept if the
+/// set has it, ended if not, once the set is read.
 async fn mirror<T: Transport + 'static, R: RecvStream>(
 	inner: &Rc<Inner<T>>,
 	origin: &OriginProducer,
 	reader: &mut Reader<R>,
 	peer: u64,
 	mirrored: &mut HashMap<Path, Mirrored>,
+	initial: Option<u64>,
 ) -> Result<(), SessionError> {
+	// The paths mirrored before this request that its current set has not named yet.
+	let mut unconfirmed: Option<std::collections::HashSet<Path>> =
+		(!mirrored.is_empty()).then(|| mirrored.keys().cloned().collect());
+	let mut initial = initial.unwrap_or(0);
+	if initial == 0 {
+		end_unconfirmed(mirrored, &mut unconfirmed);
+	}
 	while let Some(announce) = reader.decode_for::<Announce>(inner.config.version).await? {
+		let in_current_set = initial > 0;
+		initial = initial.saturating_sub(1);
+		if let Some(unconfirmed) = &mut unconfirmed {
+			unconfirmed.remove(&announce.suffix);
+		}
 		match announce.status {
+			// The current set names a broadcast we mirror already: it goes on as it is.
+			AnnounceStatus::Active if in_current_set && mirrored.contains_key(&announce.suffix) => {}
 			AnnounceStatus::Active | AnnounceStatus::Restart => {
 				let mut hops = announce.hops;
 				if peer != 0 {
@@ -201,8 +226,20 @@ async fn mirror<T: Transport + 'static, R: RecvStream>(
 				}
 			}
 		}
+		if initial == 0 {
+			end_unconfirmed(mirrored, &mut unconfirmed);
+		}
 	}
 	Ok(())
+}
+
+/// The current set is read: what it did not name is over.
+fn end_unconfirmed(mirrored: &mut HashMap<Path, Mirrored>, unconfirmed: &mut Option<std::collections::HashSet<Path>>) {
+	for path in unconfirmed.take().into_iter().flatten() {
+		if let Some(old) = mirrored.remove(&path) {
+			old.end(true);
+		}
+	}
 }
 
 /// Serves the tracks downstream asks for on a mirrored broadcast, each from upstream, at most
