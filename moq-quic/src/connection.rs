@@ -333,9 +333,20 @@ impl QueueBudget {
 	/// Drops what a stream holds queued and gives its charges back.
 	fn drop_queue(&mut self, half: &mut SendHalf) {
 		half.queue.clear();
-		half.records.resize(0);
-		let bytes = queued(half);
-		self.give(&mut half.queued, bytes);
+		self.give_all(&mut half.queued, &mut half.records);
+	}
+
+	/// Gives a stream's data and chunk charges back, waking the writers waiting for room if
+	/// there was none before. Both are given in one step: giving the chunks' cost first, and the
+	/// data after, left room above [`CHUNK_COST`] by the time the data's give checked, and a
+	/// writer waiting for room slept on (a client of the relay's memory tests hung in `write`
+	/// once the relay stopped another stream of its full send buffer).
+	fn give_all(&mut self, data: &mut Charge, records: &mut Charge) {
+		if data.amount() + records.amount() > 0 && self.bytes.room() <= CHUNK_COST {
+			self.waiters.wake();
+		}
+		data.resize(0);
+		records.resize(0);
 	}
 
 	/// Brings a stream's chunk charge down to the chunks its queue holds.
@@ -1463,5 +1474,38 @@ impl std::fmt::Debug for Connection {
 		f.debug_struct("Connection")
 			.field("handle", &self.0.shared.handle.0)
 			.finish_non_exhaustive()
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use std::sync::Arc;
+	use std::sync::atomic::{AtomicBool, Ordering};
+	use std::task::{Wake, Waker};
+
+	use super::*;
+
+	struct Flag(AtomicBool);
+
+	impl Wake for Flag {
+		fn wake(self: Arc<Self>) {
+			self.0.store(true, Ordering::Relaxed);
+		}
+	}
+
+	#[test]
+	fn a_writer_waiting_for_room_wakes_when_a_stopped_stream_gives_its_queue_back() {
+		let mut queue = QueueBudget::new(1_000);
+		// A stream holds 950 bytes in 4 chunks: room for less than a chunk is left.
+		let mut data = queue.bytes.charge(950 - 4 * CHUNK_COST).unwrap();
+		let mut records = queue.records.charge(4 * CHUNK_COST).unwrap();
+		assert!(queue.bytes.room() <= CHUNK_COST);
+		let flag = Arc::new(Flag(AtomicBool::new(false)));
+		let waiter: Waiter = Waiter::new(Waker::from(flag.clone()));
+		queue.waiters.register(&waiter);
+		// The peer stops it: its whole queue goes at once.
+		queue.give_all(&mut data, &mut records);
+		assert_eq!(queue.bytes.used(), 0);
+		assert!(flag.0.load(Ordering::Relaxed), "the waiting writer was not woken");
 	}
 }

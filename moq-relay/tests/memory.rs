@@ -213,10 +213,12 @@ async fn parking(relay: &Running, from: IpAddr, streams: usize) -> Option<(moq_q
 		path: Some("/".into()),
 		..session::Config::default()
 	};
-	if conn.established().await.is_err() || session::setup(&conn, &config).await.is_err() {
+	let setup = async { conn.established().await.is_ok() && session::setup(&conn, &config).await.is_ok() };
+	if !within(LIMIT, &format!("a session from {from}"), setup).await {
 		return None;
 	}
-	let held = unfinished_requests(&conn, streams).await;
+	let what = format!("{streams} unfinished requests from {from}");
+	let held = within(LIMIT, &what, unfinished_requests(&conn, streams)).await;
 	Some((conn, (held, endpoint)))
 }
 
