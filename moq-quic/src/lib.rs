@@ -18,8 +18,9 @@
 //! - [`nat`]: a NAT on loopback that rebinds on demand, for tests of that.
 //! - [`sim`]: an in-memory network on the worker's (paused) clock with seeded loss, jitter and a
 //!   rate-limited bottleneck, so the same driver is tested deterministically.
-//! - `moq` (feature `moq`, on by default): moq-net's `Transport` for [`Connection`], and
-//!   [`webtransport`]: WebTransport over HTTP/3 ([`h3`], sans-io) as another moq-net `Transport`.
+//! - `moq`: moq-net's `Transport` for [`Connection`], for [`webtransport`] (WebTransport over
+//!   HTTP/3, [`h3`] sans-io) and for [`qmux`] (QUIC's streams over a WebSocket, for clients
+//!   without UDP: a sans-io core and a driver on kio's TCP).
 //!
 //! Everything of a connection lives on the worker that owns its endpoint: handles are `!Send`.
 
@@ -32,6 +33,7 @@ mod idhash;
 pub mod limits;
 mod moq;
 pub mod nat;
+pub mod qmux;
 mod route;
 pub mod scheduler;
 pub mod sim;
@@ -46,7 +48,7 @@ use std::time::Duration;
 pub use connection::{CHURN_ALLOWANCE, Connection, StreamError, TX_DATAGRAM_BUDGET};
 pub use endpoint::{Endpoint, EndpointStats};
 pub use limits::{HandshakeBudget, HandshakeStats, Limits};
-pub use moq::{MoqRecv, MoqSend, WtRecv, WtSend, closed_code};
+pub use moq::{MoqRecv, MoqSend, WtRecv, WtSend, closed_code, qmux_closed_code};
 pub use quinn_proto::{ConnectionError, Dir, StreamId, TransportConfig, VarInt};
 pub use route::{Router, RouterStats};
 pub use stream::{RecvStream, SendStream};

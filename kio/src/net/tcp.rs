@@ -165,6 +165,14 @@ impl TcpStream {
 		set_int(&self.fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on.into())
 	}
 
+	/// Sets the kernel's send buffer (`SO_SNDBUF`; the kernel doubles it for its bookkeeping and
+	/// stops growing it on its own): what is written and not yet taken by the peer waits in the
+	/// application instead, where it can still be dropped or reordered.
+	pub fn set_send_buffer(&self, bytes: usize) -> io::Result<()> {
+		let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+		set_int(&self.fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)
+	}
+
 	/// Reads into `dst`: the bytes of the last receive first, else the next receive's. Ready(0)
 	/// is end of stream (or an empty `dst`).
 	pub fn poll_read(&mut self, waiter: &Waiter, dst: &mut [u8]) -> Poll<io::Result<usize>> {

@@ -1,5 +1,5 @@
-//! moq-net's [`Transport`] over a QUIC [`Connection`], and over a WebTransport session
-//! (`webtransport.rs`): the only MoQ-aware code of the crate.
+//! moq-net's [`Transport`] over a QUIC [`Connection`], over a WebTransport session
+//! (`webtransport.rs`) and over QMux (`qmux.rs`): the only MoQ-aware code of the crate.
 
 use std::task::Poll;
 
@@ -12,7 +12,9 @@ use quinn_proto::{ConnectionError, Dir};
 use crate::connection::{Connection, StreamError};
 use crate::stream::{RecvStream, SendStream};
 
+mod qmux;
 mod webtransport;
+pub use qmux::qmux_closed_code;
 pub use webtransport::{WtRecv, WtSend};
 
 /// The code a session sees for a connection that ended: the application's close code, or for
