@@ -5,7 +5,8 @@
 //! A transport is opened by a function of its own that returns an [`Opened`]: the transport,
 //! the peer's SETUP, the grant and where it runs. Everything after that, [`serve_session`], is
 //! one generic function: a new transport is one `open_*` function and one arm in
-//! [`serve_connection`].
+//! [`serve_connection`], or, for one that comes another way, a room of its own beside this one
+//! (`websocket.rs`: QMux over a WebSocket upgraded on the HTTP port).
 //!
 //! Refusals close the connection with the protocol's code: Unauthorized (6) for a bad or missing
 //! token, Timeout (3) for a SETUP that does not come within `[limits] setup_timeout`, Unroutable
@@ -64,27 +65,27 @@ pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker
 	};
 	if alpn == h3::ALPN {
 		if let Some(opened) = Box::pin(open_webtransport(&relay, conn, config, worker)).await {
-			serve_session(&relay, opened, &quic, ends).await;
+			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 		}
 	} else if let Some(opened) = Box::pin(open_quic(&relay, conn, config, worker)).await {
-		serve_session(&relay, opened, &quic, ends).await;
+		serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 	}
 }
 
 /// What ends a session besides itself and its token: the relay's shutdown, and its slot given
 /// to another address's connection.
 pub(crate) struct Ends {
-	shutdown: Consumer<()>,
-	eviction: Consumer<()>,
+	pub(crate) shutdown: Consumer<()>,
+	pub(crate) eviction: Consumer<()>,
 }
 
 /// An authorized peer, its SETUP done: what [`serve_session`] starts.
 pub(crate) struct Opened<T> {
-	transport: T,
-	config: session::Config,
-	peer: session::PeerSetup,
-	grant: Grant,
-	link: Link,
+	pub(crate) transport: T,
+	pub(crate) config: session::Config,
+	pub(crate) peer: session::PeerSetup,
+	pub(crate) grant: Grant,
+	pub(crate) link: Link,
 }
 
 /// A raw QUIC connection: SETUP (the path is in it), then auth.
@@ -182,7 +183,7 @@ async fn open_webtransport(
 
 /// The peer's SETUP over `transport`, or `None` (logged; closed with Timeout when late) if it
 /// fails or has not come by `deadline`.
-async fn setup_by<T: Transport>(
+pub(crate) async fn setup_by<T: Transport>(
 	transport: &T,
 	config: &session::Config,
 	deadline: Instant,
@@ -203,7 +204,7 @@ async fn setup_by<T: Transport>(
 }
 
 /// Checks `url` (path and query); the grant, or `None` (counted and logged) when refused.
-fn authorize(relay: &Relay, url: &str, remote: SocketAddr) -> Option<Grant> {
+pub(crate) fn authorize(relay: &Relay, url: &str, remote: SocketAddr) -> Option<Grant> {
 	match relay.auth.verify_url(url, SystemTime::now()) {
 		Ok(grant) => Some(grant),
 		Err(err) => {
@@ -216,18 +217,20 @@ fn authorize(relay: &Relay, url: &str, remote: SocketAddr) -> Option<Grant> {
 
 /// Where a session runs: its peer, its worker, and the transport's name for the logs.
 pub(crate) struct Link {
-	remote: SocketAddr,
-	worker: usize,
-	transport: &'static str,
+	pub(crate) remote: SocketAddr,
+	pub(crate) worker: usize,
+	pub(crate) transport: &'static str,
 }
 
-/// Runs an authorized session over `transport` (raw QUIC or WebTransport: every line here is
-/// the same) until it closes, its token expires or the relay shuts down. The session starts
-/// here; the future returned keeps only what it waits on (see [`serve_connection`]).
+/// Runs an authorized session over `transport` (raw QUIC, WebTransport or QMux: every line here
+/// is the same) until it closes, its token expires or the relay shuts down. A session that may
+/// publish asks `grow_window` for the full receive window (false: its address's share of the
+/// memory ceiling has no room). The session starts here; the future returned keeps only what it
+/// waits on (see [`serve_connection`]).
 pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 	relay: &'a Relay,
 	opened: Opened<T>,
-	quic: &Connection,
+	grow_window: &dyn Fn(u64) -> bool,
 	ends: Ends,
 ) -> impl Future<Output = ()> + 'a {
 	let Opened {
@@ -289,7 +292,7 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 	// memory ceiling has room for it; a viewer keeps the small one it started with.
 	if peer.role != Role::Subscriber && (grant.cluster || !grant.publish.is_empty()) {
 		let window = u64::from(relay.limits.connection_window);
-		if !quic.set_receive_window(window) {
+		if !grow_window(window) {
 			relay.stats.windows_refused.fetch_add(1, Ordering::Relaxed);
 			debug!(%remote, "receive window not grown: the address holds its share of the memory ceiling");
 		}

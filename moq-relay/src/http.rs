@@ -67,6 +67,23 @@ pub struct Routes {
 	pub max_per_ip: usize,
 	/// How long a request head may take, from the first byte (or from the connection's start).
 	pub head_timeout: Duration,
+	/// Who takes a WebSocket upgrade ([`with_websocket`](Self::with_websocket)).
+	websocket: Option<Rc<dyn Fn(WebSocket)>>,
+}
+
+/// A WebSocket upgrade, handed over whole: its connection leaves the HTTP server's table, and the
+/// handler answers it (101, or a refusal) and serves it.
+pub struct WebSocket {
+	/// The connection, its request head read.
+	pub stream: TcpStream,
+	/// What came after the head.
+	pub leftover: Vec<u8>,
+	/// The request's target: path and query.
+	pub target: String,
+	/// What the client asked for.
+	pub upgrade: moq_quic::qmux::ws::Upgrade,
+	/// The client's address.
+	pub peer: std::net::SocketAddr,
 }
 
 impl Routes {
@@ -83,7 +100,16 @@ impl Routes {
 			max_connections: 256,
 			max_per_ip: 16,
 			head_timeout: Duration::from_secs(3),
+			websocket: None,
 		}
+	}
+
+	/// Hands every `GET` that asks for a WebSocket (`Upgrade: websocket`, RFC 6455 §4.1) to
+	/// `handler`, on any path; a malformed upgrade is answered 400. Without one, such a request is
+	/// served as a plain GET.
+	pub fn with_websocket(mut self, handler: impl Fn(WebSocket) + 'static) -> Self {
+		self.websocket = Some(Rc::new(handler));
+		self
 	}
 
 	/// With other per-address and request-head limits.
@@ -264,7 +290,7 @@ pub async fn serve(listener: TcpListener, routes: Rc<Routes>) {
 			let connections = connections.clone();
 			let idle = idle.clone();
 			async move {
-				if let Err(e) = connection(stream, &routes, &idle).await {
+				if let Err(e) = connection(stream, peer, &routes, &idle).await {
 					tracing::debug!(%peer, error = %e, "http: connection ended");
 				}
 				connections.forget(id);
@@ -289,6 +315,8 @@ struct Head {
 	target: String,
 	keep_alive: bool,
 	has_body: bool,
+	/// A WebSocket upgrade it asks for, or the status of a malformed one.
+	upgrade: Option<Result<moq_quic::qmux::ws::Upgrade, u16>>,
 }
 
 enum Parsed {
@@ -331,11 +359,14 @@ fn parse(buf: &[u8]) -> Parsed {
 		h.name.eq_ignore_ascii_case("transfer-encoding")
 			|| (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0")
 	});
+	let upgrade =
+		moq_quic::qmux::ws::Upgrade::from_headers(request.headers.iter().map(|h| (h.name, h.value))).transpose();
 	let head = Head {
 		method: method.to_owned(),
 		target: target.to_owned(),
 		keep_alive,
 		has_body,
+		upgrade,
 	};
 	Parsed::Complete(head, len)
 }
@@ -472,7 +503,12 @@ async fn close(mut stream: TcpStream, deadline: &mut Deadline) -> io::Result<()>
 	Ok(())
 }
 
-async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -> io::Result<()> {
+async fn connection(
+	mut stream: TcpStream,
+	peer: std::net::SocketAddr,
+	routes: &Routes,
+	idle: &Cell<bool>,
+) -> io::Result<()> {
 	// Responses are written whole; Nagle would only hold a keep-alive response back.
 	stream.set_nodelay(true)?;
 	let local = stream.local_addr()?.ip();
@@ -485,7 +521,7 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 		deadline.set(Some(kio::time::now() + wait));
 		wait = routes.timeout;
 		idle.set(buf.is_empty());
-		let (head, len) = loop {
+		let (mut head, len) = loop {
 			match parse(&buf) {
 				Parsed::Complete(head, len) => break (head, len),
 				Parsed::Refuse(status) => {
@@ -524,6 +560,27 @@ async fn connection(mut stream: TcpStream, routes: &Routes, idle: &Cell<bool>) -
 		buf.drain(..len);
 		idle.set(false);
 		deadline.set(Some(kio::time::now() + routes.timeout));
+		if head.method == "GET"
+			&& let Some(handler) = &routes.websocket
+			&& let Some(upgrade) = head.upgrade.take()
+		{
+			let upgrade = match upgrade {
+				Ok(upgrade) => upgrade,
+				Err(status) => {
+					let response = Response::text(status, "bad websocket upgrade\n");
+					response.write(&mut stream, &mut deadline, true, true).await?;
+					return close(stream, &mut deadline).await;
+				}
+			};
+			handler(WebSocket {
+				stream,
+				leftover: buf,
+				target: head.target,
+				upgrade,
+				peer,
+			});
+			return Ok(());
+		}
 		let keep_alive = head.keep_alive && !head.has_body;
 		let response = routes.respond(&head, local);
 		response

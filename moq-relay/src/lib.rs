@@ -31,3 +31,4 @@ mod listen;
 pub mod metrics;
 pub mod relay;
 pub mod server;
+mod websocket;

@@ -1,8 +1,8 @@
 //! Where connections come in: each worker's QUIC endpoint (raw QUIC and WebTransport on the
 //! relay's UDP port, shared with `SO_REUSEPORT`), and the HTTP listener on worker 0.
 //!
-//! A transport that comes in another way (a TCP listener, say) gets an accept loop here that
-//! hands each connection to [`crate::connection`].
+//! A transport that comes in another way gets an accept loop here, or is handed over by one:
+//! WebSocket upgrades on the HTTP port go to [`crate::websocket`].
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -107,6 +107,7 @@ pub(crate) fn http(
 	relay: &Arc<Relay>,
 	listener: TcpListener,
 	certificate: ServerCertificate,
+	shutdown: Consumer<()>,
 ) -> anyhow::Result<(kio::JoinHandle<()>, SocketAddr)> {
 	let bound = listener.local_addr();
 	let limits = relay.limits;
@@ -120,6 +121,16 @@ pub(crate) fn http(
 	.with_memory({
 		let relay = relay.clone();
 		move |ip| relay.address_memory(ip)
+	})
+	.with_websocket({
+		let relay = relay.clone();
+		move |request| {
+			let _detached = kio::spawn(crate::websocket::serve_websocket(
+				relay.clone(),
+				request,
+				shutdown.clone(),
+			));
+		}
 	});
 	Ok((kio::spawn(http::serve(listener, Rc::new(routes))), bound))
 }

@@ -231,7 +231,7 @@ pub fn run(
 			}
 		}
 		let http = match http_listener {
-			Some(listener) => Some(listen::http(&relay, listener, certificate.clone())?),
+			Some(listener) => Some(listen::http(&relay, listener, certificate.clone(), shutdown.clone())?),
 			None => None,
 		};
 		bound(Bound {

@@ -527,3 +527,98 @@ fn the_relays_page_publishes_a_camera_watches_it_and_reads_a_native_track() {
 	let _ = clock.kill();
 	let _ = clock.wait();
 }
+
+/// Where UDP cannot go: the page has no WebTransport (`run.mjs ... websocket` removes it before
+/// any script runs), and the unmodified `@moq/net`, called with no options, falls back to QMux
+/// over a WebSocket on the relay's TCP port (`ws://`). A browser publisher → relay → a browser
+/// viewer (both over WebSocket), a native QUIC publisher → a WebSocket viewer, and a WebSocket
+/// publisher → a native QUIC viewer: every group, in order; the relay counted the sessions as
+/// WebSocket ones.
+#[test]
+#[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
+fn browsers_without_webtransport_publish_and_watch_over_websocket() {
+	let dir = driver();
+	let trace = Trace::start();
+	let relay = Relay::start(1);
+	let url = format!("http://127.0.0.1:{}/", relay.bound.http.unwrap().port());
+	let mut node = runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		let (broadcast, _publication) = origin
+			.producer()
+			.create_broadcast(&MoqPath::new("native"), Default::default())
+			.unwrap();
+		let track = broadcast.create_track("seq", TrackInfo::default()).unwrap();
+		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
+		let writer = kio::spawn(async move {
+			for sequence in 0.. {
+				let mut group = track.create_group(sequence).unwrap();
+				let text = Bytes::from(sequence.to_string());
+				group
+					.write_frame(Frame::new(Timestamp::new(sequence, 1000), text))
+					.unwrap();
+				group.finish().unwrap();
+				kio::time::sleep(Duration::from_millis(20)).await;
+			}
+		});
+
+		let mut node = Command::new("node")
+			.arg(dir.join("run.mjs"))
+			.args([&url, "-", "websocket"])
+			.stdin(Stdio::piped())
+			.stdout(Stdio::piped())
+			.spawn()
+			.expect("node is needed for the browser tests");
+		let lines = line_queue(node.stdout.take().unwrap());
+		let next = async |what: &str| driver_line(&lines, what).await;
+
+		let line = next("a page without WebTransport").await;
+		assert_eq!(line["webtransport"], "undefined", "{line}");
+
+		let line = next("browser → browser over WebSocket").await;
+		assert_eq!(line["version"], "moq-lite-05", "{line}");
+		consecutive_in_browser(
+			"browser → browser over WebSocket",
+			&got(&line),
+			&trace.received("web-b2b"),
+			&losses(&relay, &trace, "web-b2b").await,
+		);
+
+		let line = next("native → browser over WebSocket").await;
+		consecutive_in_browser(
+			"native → browser over WebSocket",
+			&got(&line),
+			&trace.received("native"),
+			&losses(&relay, &trace, "native").await,
+		);
+
+		let line = next("browser over WebSocket → native").await;
+		assert_eq!(line["version"], "moq-lite-05", "{line}");
+		let viewer_origin = Origin::new(2);
+		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
+		let scenario = "browser over WebSocket → native";
+		let mut cursor = within(LIMIT, scenario, announced(&viewer_origin, "web"))
+			.await
+			.subscribe_track("seq", Subscription::default())
+			.unwrap();
+		let mut received = Vec::new();
+		while (received.len() as u64) < COUNT {
+			let mut group = within(LIMIT, "a browser group", cursor.recv_group())
+				.await
+				.unwrap()
+				.expect("the browser's track ended");
+			let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
+			received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
+		}
+		consecutive(scenario, &received);
+
+		// Four browser sessions came over WebSocket: the pair, the viewer, the publisher.
+		let sessions = relay.metric("moq_relay_websocket_sessions_total").await;
+		assert_eq!(sessions, 4, "sessions the relay served over WebSocket");
+
+		node.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+		writer.abort();
+		node
+	});
+	assert!(node.wait().unwrap().success(), "the browser driver failed");
+}

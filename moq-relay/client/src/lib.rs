@@ -11,6 +11,7 @@
 //! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`), the path and query in SETUP |
 //! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
 //! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
+//! | `ws://host:port/path?jwt=…` | QMux over a WebSocket on the relay's HTTP port (TCP), the path and query in the upgrade, `qmux-01.moq-lite-05` offered: where UDP cannot go |
 //!
 //! ```no_run
 //! # async fn example() -> anyhow::Result<()> {
@@ -48,6 +49,7 @@ use moq_net::lite::session::{self, PeerSetup};
 use moq_net::model::{OriginConsumer, OriginProducer};
 use moq_net::transport::Transport;
 use moq_quic::h3::{self, ConnectRequest};
+use moq_quic::qmux::{self, QmuxConnection};
 use moq_quic::webtransport::{self, WebTransport};
 use moq_quic::{Connection, Endpoint, Verification};
 pub use url::{DEFAULT_PORT, Scheme, Url};
@@ -178,14 +180,17 @@ impl Client {
 
 	/// Connects to `addr` as `url` says (the URL's host is the TLS server name).
 	pub async fn connect_to(&self, url: &Url, addr: SocketAddr) -> anyhow::Result<Session> {
+		if url.scheme == Scheme::Ws {
+			return self.connect_websocket(url, addr).await;
+		}
 		let verification = match (&self.trust, url.scheme) {
 			(Trust::Verify(verification), Scheme::Moqt | Scheme::Https) => verification.clone(),
-			(Trust::FetchFingerprint, _) | (_, Scheme::Http) => fetch_fingerprint(addr).await?,
+			(Trust::FetchFingerprint, _) | (_, Scheme::Http | Scheme::Ws) => fetch_fingerprint(addr).await?,
 		};
 		let endpoint = self.endpoint_for(addr)?;
 		let alpn = match url.scheme {
 			Scheme::Moqt => moq_quic::ALPN_MOQ_LITE_05,
-			Scheme::Https | Scheme::Http => h3::ALPN,
+			Scheme::Https | Scheme::Http | Scheme::Ws => h3::ALPN,
 		};
 		let connection = handshake(&endpoint, addr, url, &verification, alpn).await?;
 		let (peer, protocol, inner) = match url.scheme {
@@ -194,7 +199,7 @@ impl Client {
 				let protocol = String::from_utf8_lossy(alpn).into_owned();
 				(peer, Some(protocol), Inner::Quic { connection, session })
 			}
-			Scheme::Https | Scheme::Http => {
+			Scheme::Https | Scheme::Http | Scheme::Ws => {
 				let request = ConnectRequest {
 					authority: url.authority(),
 					path: url.path.clone(),
@@ -212,7 +217,33 @@ impl Client {
 			peer,
 			protocol,
 			inner,
-			endpoint,
+			endpoint: Some(endpoint),
+		})
+	}
+
+	/// QMux over a WebSocket to the relay's HTTP port at `addr`: the upgrade (offering moq-lite-05
+	/// on qmux-01, -02 and -00), the connection's driver on this worker, then SETUP and the
+	/// session.
+	async fn connect_websocket(&self, url: &Url, addr: SocketAddr) -> anyhow::Result<Session> {
+		let stream = kio::net::TcpStream::connect(addr)
+			.await
+			.with_context(|| format!("connecting to {addr}"))?;
+		let protocols = ["qmux-01.moq-lite-05", "qmux-02.moq-lite-05", "qmux-00.moq-lite-05"];
+		let (conn, driver) =
+			qmux::connect_websocket(stream, &url.authority(), &url.path, &protocols, qmux::Config::default())
+				.await
+				.context("WebSocket upgrade")?;
+		let driver = kio::spawn(driver);
+		let (session, peer) = self.start(&conn, None).await?;
+		Ok(Session {
+			peer,
+			protocol: conn.protocol().map(str::to_owned),
+			inner: Inner::Qmux {
+				conn,
+				session,
+				_driver: driver,
+			},
+			endpoint: None,
 		})
 	}
 
@@ -307,7 +338,8 @@ pub struct Session {
 	peer: PeerSetup,
 	protocol: Option<String>,
 	inner: Inner,
-	endpoint: Endpoint,
+	/// The UDP endpoint a QUIC or WebTransport session was dialled from.
+	endpoint: Option<Endpoint>,
 }
 
 enum Inner {
@@ -319,6 +351,12 @@ enum Inner {
 		transport: WebTransport,
 		session: session::Session<WebTransport>,
 	},
+	Qmux {
+		conn: QmuxConnection,
+		session: session::Session<QmuxConnection>,
+		/// Ends with the connection (it closes when the session drops).
+		_driver: kio::JoinHandle<()>,
+	},
 }
 
 impl Session {
@@ -327,6 +365,7 @@ impl Session {
 		match &self.inner {
 			Inner::Quic { session, .. } => session.closed().await,
 			Inner::WebTransport { session, .. } => session.closed().await,
+			Inner::Qmux { session, .. } => session.closed().await,
 		}
 	}
 
@@ -335,6 +374,7 @@ impl Session {
 		match &self.inner {
 			Inner::Quic { session, .. } => session.close(code),
 			Inner::WebTransport { session, .. } => session.close(code),
+			Inner::Qmux { session, .. } => session.close(code),
 		}
 	}
 
@@ -349,33 +389,47 @@ impl Session {
 		self.protocol.as_deref()
 	}
 
-	/// The transport's name, as the relay logs it: `quic` or `webtransport`.
+	/// The transport's name, as the relay logs it: `quic`, `webtransport` or `websocket`.
 	pub fn transport(&self) -> &'static str {
 		match &self.inner {
 			Inner::Quic { .. } => "quic",
 			Inner::WebTransport { .. } => "webtransport",
+			Inner::Qmux { .. } => "websocket",
 		}
 	}
 
 	/// The QUIC connection under the session.
+	///
+	/// # Panics
+	///
+	/// For a session over a WebSocket (`ws://`), which has none: see [`qmux`](Self::qmux).
 	pub fn connection(&self) -> &Connection {
 		match &self.inner {
 			Inner::Quic { connection, .. } => connection,
 			Inner::WebTransport { transport, .. } => transport.connection(),
+			Inner::Qmux { .. } => panic!("a session over a WebSocket has no QUIC connection"),
 		}
 	}
 
-	/// The endpoint the session was dialled from: once the session is closed and dropped, its
-	/// [`drained`](Endpoint::drained) says the close went out.
-	pub fn endpoint(&self) -> &Endpoint {
-		&self.endpoint
+	/// The QMux connection under a session over a WebSocket.
+	pub fn qmux(&self) -> Option<&QmuxConnection> {
+		match &self.inner {
+			Inner::Qmux { conn, .. } => Some(conn),
+			_ => None,
+		}
+	}
+
+	/// The UDP endpoint the session was dialled from (none over a WebSocket): once the session is
+	/// closed and dropped, its [`drained`](Endpoint::drained) says the close went out.
+	pub fn endpoint(&self) -> Option<&Endpoint> {
+		self.endpoint.as_ref()
 	}
 
 	/// The WebTransport session, if the session runs over one.
 	pub fn webtransport(&self) -> Option<&WebTransport> {
 		match &self.inner {
 			Inner::WebTransport { transport, .. } => Some(transport),
-			Inner::Quic { .. } => None,
+			Inner::Quic { .. } | Inner::Qmux { .. } => None,
 		}
 	}
 }

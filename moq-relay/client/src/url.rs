@@ -18,6 +18,9 @@ pub enum Scheme {
 	/// `http://`: WebTransport too, pinning the certificate the relay serves at
 	/// `http://HOST:PORT/certificate.sha256` (a relay with a generated certificate).
 	Http,
+	/// `ws://`: QMux over a WebSocket on the relay's HTTP port, the path and query in the
+	/// upgrade request: for where UDP cannot go.
+	Ws,
 }
 
 impl Scheme {
@@ -27,6 +30,7 @@ impl Scheme {
 			Self::Moqt => "moqt",
 			Self::Https => "https",
 			Self::Http => "http",
+			Self::Ws => "ws",
 		}
 	}
 
@@ -36,7 +40,7 @@ impl Scheme {
 	}
 }
 
-/// A relay URL: `moqt://host[:port]/path[?query]`, `https://…` or `http://…`.
+/// A relay URL: `moqt://host[:port]/path[?query]`, `https://…`, `http://…` or `ws://…`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
 	/// How to reach the relay.
@@ -50,12 +54,12 @@ pub struct Url {
 }
 
 impl Url {
-	/// Parses a `moqt://`, `https://` or `http://` URL.
+	/// Parses a `moqt://`, `https://`, `http://` or `ws://` URL.
 	pub fn parse(text: &str) -> anyhow::Result<Self> {
-		let (scheme, rest) = [Scheme::Moqt, Scheme::Https, Scheme::Http]
+		let (scheme, rest) = [Scheme::Moqt, Scheme::Https, Scheme::Http, Scheme::Ws]
 			.into_iter()
 			.find_map(|scheme| Some((scheme, text.strip_prefix(scheme.as_str())?.strip_prefix("://")?)))
-			.with_context(|| format!("{text}: not a moqt://, https:// or http:// URL"))?;
+			.with_context(|| format!("{text}: not a moqt://, https://, http:// or ws:// URL"))?;
 		let (authority, path) = match rest.find(['/', '?']) {
 			Some(at) => (&rest[..at], &rest[at..]),
 			None => (rest, "/"),

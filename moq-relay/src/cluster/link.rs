@@ -76,7 +76,7 @@ pub(super) async fn link(dialer: Dialer, peer: String) {
 				match race(race(session.closed(), twin), shutdown.closed()).await {
 					Either::Right(()) => {
 						// Leaving the cluster: the peer withdraws our routes at once on Closed.
-						let endpoint = session.endpoint().clone();
+						let endpoint = session.endpoint().cloned().expect("cluster links dial QUIC");
 						session.close(SHUTDOWN_CODE);
 						drop(session);
 						let _ = race(endpoint.drained(), kio::time::sleep(relay.shutdown_timeout)).await;

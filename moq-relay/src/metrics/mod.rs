@@ -25,6 +25,9 @@ pub struct Stats {
 	pub(crate) connections: AtomicU64,
 	/// Sessions started.
 	pub(crate) sessions: AtomicU64,
+	/// WebSocket upgrades answered 101 (QMux connections), and sessions started over them.
+	pub(crate) websockets: AtomicU64,
+	pub(crate) websocket_sessions: AtomicU64,
 	/// Sessions open on each worker (gauges).
 	worker_sessions: Vec<Budget>,
 	/// Connections refused (auth, limits).
@@ -59,6 +62,8 @@ impl Stats {
 		Self {
 			connections: AtomicU64::new(0),
 			sessions: AtomicU64::new(0),
+			websockets: AtomicU64::new(0),
+			websocket_sessions: AtomicU64::new(0),
 			worker_sessions: (0..workers).map(|_| Budget::unlimited()).collect(),
 			refused: AtomicU64::new(0),
 			windows_refused: AtomicU64::new(0),
@@ -107,6 +112,16 @@ impl Stats {
 			"moq_relay_sessions",
 			"moq-lite sessions open.",
 			self.worker_sessions.iter().map(Budget::used).sum::<u64>(),
+		)
+		.counter(
+			"moq_relay_websocket_connections_total",
+			"WebSocket upgrades accepted: QMux connections on the HTTP port.",
+			load(&self.websockets),
+		)
+		.counter(
+			"moq_relay_websocket_sessions_total",
+			"moq-lite sessions started over QMux on a WebSocket (also counted in moq_relay_sessions_total).",
+			load(&self.websocket_sessions),
 		)
 		.counter(
 			"moq_relay_refused_total",

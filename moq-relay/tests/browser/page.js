@@ -5,7 +5,12 @@ import * as Lite from "@moq/lite";
 
 // Connects over WebTransport, pinning the relay's certificate by its SHA-256 (hex). No WebSocket
 // fallback: the relay serves WebTransport, and a race with a fallback would make runs differ.
+// In the WebSocket runs (`run.mjs ... websocket`) the page has no WebTransport at all, and the
+// client is called as an application would call it, with no options: it finds WebSocket alone.
 async function connect(url, fingerprint) {
+	if (typeof WebTransport === "undefined") {
+		return await Connection.connect(new URL(url));
+	}
 	return await Connection.connect(new URL(url), {
 		webtransport: { serverCertificateHashes: [{ algorithm: "sha-256", value: fingerprint }] },
 		websocket: { enabled: false },
@@ -157,22 +162,22 @@ window.moq = {
 			viewer.close();
 		}
 	},
-	// Browser publishers for a native viewer, `@moq/net` (as `name`) and `@moq/lite` on
-	// moq-lite-04 (as `name04`); they run until `stop`.
+	// Browser publishers for a native viewer, `@moq/net` (as `name`) and, given `name04`,
+	// `@moq/lite` on moq-lite-04; they run until `stop`.
 	async publishForNative(url, fingerprint, name, name04) {
 		const publisher = await connect(url, fingerprint);
 		const running = publish(publisher, name, 20);
-		const publisher04 = await lite04.connect(url, fingerprint);
-		const running04 = lite04.publish(publisher04, name04, 20);
+		const publisher04 = name04 ? await lite04.connect(url, fingerprint) : undefined;
+		const running04 = publisher04 ? lite04.publish(publisher04, name04, 20) : undefined;
 		const clock = publishClock(publisher, "webclock", 100);
 		this.stop = () => {
 			clock.stop();
 			running.stop();
 			publisher.close();
-			running04.stop();
-			publisher04.close();
+			running04?.stop();
+			publisher04?.close();
 		};
-		return { version: publisher.version, version04: publisher04.version };
+		return { version: publisher.version, version04: publisher04?.version };
 	},
 	// A viewer of `moq-clock publish`: the first `count` frames of its track "seconds" (the
 	// clock format: a group per minute, its first frame the "YYYY-MM-DD HH:MM:" prefix, then a

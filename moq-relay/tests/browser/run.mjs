@@ -2,6 +2,10 @@
 // esbuild, serves it on 127.0.0.1, opens it, and runs the scenarios against the relay given as
 // `node run.mjs https://127.0.0.1:PORT/ FINGERPRINT`. Prints one JSON line per scenario; after
 // the last (a browser publisher for a native viewer) it waits for "stop" on stdin.
+//
+// `node run.mjs http://127.0.0.1:PORT/ - websocket` runs the WebSocket scenarios instead: the page
+// has no WebTransport (removed before any script runs), so `@moq/net` connects over QMux on a
+// WebSocket to the relay's TCP port.
 import http from "node:http";
 import path from "node:path";
 import readline from "node:readline";
@@ -9,7 +13,8 @@ import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
 import puppeteer from "puppeteer-core";
 
-const [relay, fingerprint] = process.argv.slice(2);
+const [relay, fingerprint, mode] = process.argv.slice(2);
+const websocket = mode === "websocket";
 const dir = path.dirname(fileURLToPath(import.meta.url));
 const emit = (line) => console.log(JSON.stringify(line));
 
@@ -45,14 +50,22 @@ try {
 		console.error(`[page ${message.type()}] ${args.join(" ")}`);
 	});
 	page.on("pageerror", (error) => console.error(`[page error] ${error}`));
+	if (websocket) {
+		await page.evaluateOnNewDocument(() => {
+			delete window.WebTransport;
+		});
+	}
 	await page.goto(`http://127.0.0.1:${server.address().port}/`);
 	await page.waitForFunction(() => window.moq !== undefined);
 
-	emit({ scenario: "browser-to-browser", ...(await page.evaluate((u, f) => window.moq.browserToBrowser(u, f, 30), relay, fingerprint)) });
-	emit({ scenario: "native-to-browser", ...(await page.evaluate((u, f) => window.moq.watchNative(u, f, "native", 30), relay, fingerprint)) });
-	emit({ scenario: "moq-clock-to-browser", ...(await page.evaluate((u, f) => window.moq.watchClock(u, f, "clock", 3), relay, fingerprint)) });
-	emit({ scenario: "native-to-lite04", ...(await page.evaluate((u, f) => window.moq.watchNative04(u, f, "native", 40), relay, fingerprint)) });
-	emit({ scenario: "browser-to-native", ...(await page.evaluate((u, f) => window.moq.publishForNative(u, f, "web", "web04"), relay, fingerprint)) });
+	if (websocket) {
+		emit({ scenario: "no-webtransport", ...(await page.evaluate(() => ({ webtransport: typeof WebTransport }))) });
+		emit({ scenario: "browser-to-browser", ...(await page.evaluate((u) => window.moq.browserToBrowser(u, "", 30), relay)) });
+		emit({ scenario: "native-to-browser", ...(await page.evaluate((u) => window.moq.watchNative(u, "", "native", 30), relay)) });
+		emit({ scenario: "browser-to-native", ...(await page.evaluate((u) => window.moq.publishForNative(u, "", "web"), relay)) });
+	} else {
+		await webTransportScenarios(page);
+	}
 	for await (const line of readline.createInterface({ input: process.stdin })) {
 		if (line.trim() === "stop") break;
 	}
@@ -63,4 +76,12 @@ try {
 } finally {
 	await browser.close();
 	server.close();
+}
+
+async function webTransportScenarios(page) {
+	emit({ scenario: "browser-to-browser", ...(await page.evaluate((u, f) => window.moq.browserToBrowser(u, f, 30), relay, fingerprint)) });
+	emit({ scenario: "native-to-browser", ...(await page.evaluate((u, f) => window.moq.watchNative(u, f, "native", 30), relay, fingerprint)) });
+	emit({ scenario: "moq-clock-to-browser", ...(await page.evaluate((u, f) => window.moq.watchClock(u, f, "clock", 3), relay, fingerprint)) });
+	emit({ scenario: "native-to-lite04", ...(await page.evaluate((u, f) => window.moq.watchNative04(u, f, "native", 40), relay, fingerprint)) });
+	emit({ scenario: "browser-to-native", ...(await page.evaluate((u, f) => window.moq.publishForNative(u, f, "web", "web04"), relay, fingerprint)) });
 }
