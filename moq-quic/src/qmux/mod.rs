@@ -14,7 +14,7 @@
 //! - `conn.rs`: [`QmuxConnection`], the handle the application holds, and the driver task over
 //!   a kio TCP stream.
 //!
-//! The wire walk-through and what the public clients send is in docs/moq-quic.md ("QMux").
+//! The versions, bounds and scheduling are written in docs/moq-quic.md §9.
 
 mod conn;
 mod core;
