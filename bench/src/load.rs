@@ -1,5 +1,5 @@
-//! The relay load generator: moq-lite publishers and subscribers over raw QUIC (`moqt://`) or
-//! WebTransport (`https://`), each connection on
+//! The relay load generator: moq-lite publishers and subscribers over raw QUIC (`moqt://`),
+//! WebTransport (`https://`) or QMux over WebSocket (`ws://`, a TCP connection each), each connection on
 //! its own UDP socket (so a relay's workers share the load as they would with real clients), and
 //! the accounting of what the subscribers got.
 //!
@@ -873,7 +873,14 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			})
 			.collect();
 		let watching = async {
-			race(join_all(watchers), count_wire(&shared, client.connection())).await;
+			// Over a WebSocket there are no QUIC datagrams to count.
+			let wire = async {
+				match client.quic_connection() {
+					Some(connection) => count_wire(&shared, connection).await,
+					None => std::future::pending().await,
+				}
+			};
+			race(join_all(watchers), wire).await;
 		};
 		let session = race(client.closed(), watching);
 		let outcome = race(shared.stop.closed(), session).await;
@@ -886,12 +893,11 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			}
 			Either::Right(Either::Left(code)) => {
 				if shared.live.reconnects.load(Relaxed) == 0 {
-					let why = match client
-						.connection()
-						.poll_closed(&kio::Waiter::new(std::task::Waker::noop().clone()))
-					{
-						Poll::Ready(error) => error.to_string(),
-						Poll::Pending => "the connection is still open".into(),
+					let noop = kio::Waiter::new(std::task::Waker::noop().clone());
+					let why = match client.quic_connection().map(|c| c.poll_closed(&noop)) {
+						Some(Poll::Ready(error)) => error.to_string(),
+						Some(Poll::Pending) => "the connection is still open".into(),
+						None => "a WebSocket session".into(),
 					};
 					eprintln!(
 						"load: a session ended with code {code} ({why}); dialling again (later ends are counted, not printed)"

@@ -428,9 +428,7 @@ fn a_websocket_viewer_that_stops_reading_holds_a_bounded_queue() {
 		track.used().await;
 		publish(&track, 0);
 		within(LIMIT, "the ws viewer's first group", take(&mut cursor, 1)).await;
-		// What connections hold: the memory charged, less the cache's part.
-		let held = async || relay.metric("moq_relay_memory_bytes").await - relay.metric("moq_relay_cache_bytes").await;
-		let before = held().await;
+		let before = held(&relay).await;
 		proxy.paused.set(true);
 		// 32 MiB of groups (64 KiB each) while the viewer reads nothing; the healthy pair's
 		// viewer gets every one of its groups meanwhile.
@@ -445,7 +443,7 @@ fn a_websocket_viewer_that_stops_reading_holds_a_bounded_queue() {
 				healthy.still_receives().await;
 			}
 		}
-		let after = held().await;
+		let after = held(&relay).await;
 		// What the stalled connection may hold: its send buffer (4 MiB by default) beside what it
 		// held before.
 		let grew = after.saturating_sub(before);
@@ -537,5 +535,141 @@ fn over_a_throttled_websocket_newer_groups_overtake_and_old_ones_are_dropped() {
 			got.windows(2).any(|w| w[1] < w[0]),
 			"no group overtook another: {got:?}"
 		);
+	});
+}
+
+/// What connections hold: the memory charged, less the cache's part.
+async fn held(relay: &Relay) -> u64 {
+	relay.metric("moq_relay_memory_bytes").await - relay.metric("moq_relay_cache_bytes").await
+}
+
+/// Waits (at most [`LIMIT`]) until what connections hold satisfies `ok`.
+async fn held_until(relay: &Relay, ok: impl Fn(u64) -> bool) -> u64 {
+	let deadline = kio::time::now() + LIMIT;
+	loop {
+		let now = held(relay).await;
+		if ok(now) {
+			return now;
+		}
+		assert!(kio::time::now() < deadline, "connections still hold {now} bytes");
+		kio::time::sleep(Duration::from_millis(50)).await;
+	}
+}
+
+/// A client frame carrying QMux frames as one record body.
+fn qmux_message(frames: &[moq_quic::qmux::frame::Frame]) -> Vec<u8> {
+	let mut body = Vec::new();
+	for frame in frames {
+		frame.encode(&mut body);
+	}
+	frame(ws::opcode::BINARY, &body, Some([9, 8, 7, 6]))
+}
+
+/// Our transport parameters, the first frame a QMux peer must send.
+fn parameters() -> moq_quic::qmux::frame::Frame {
+	let params = moq_quic::qmux::Config::default()
+		.params
+		.encode(moq_quic::qmux::Version::Qmux01);
+	moq_quic::qmux::frame::Frame::TransportParameters(Bytes::from(params))
+}
+
+#[test]
+fn a_qmux_peer_past_its_stream_or_data_limits_is_closed_with_the_limits_code() {
+	use moq_quic::qmux::code;
+	use moq_quic::qmux::frame::Frame;
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let before = held(&relay).await;
+		let streams = u64::from(moq_relay::limits::Limits::default().streams);
+		let window = u64::from(moq_relay::limits::Limits::default().stream_window);
+		let cases = [
+			(
+				"a stream past the limit",
+				// The client's bidirectional stream number `streams` (ids 0, 4, 8, ...): one too many.
+				Frame::Stream {
+					id: streams * 4,
+					offset: Some(0),
+					fin: false,
+					data: Bytes::from_static(b"x"),
+				},
+				code::STREAM_LIMIT_ERROR,
+			),
+			(
+				"data past the stream's window",
+				Frame::Stream {
+					id: 0,
+					offset: Some(window),
+					fin: false,
+					data: Bytes::from_static(b"x"),
+				},
+				code::FLOW_CONTROL_ERROR,
+			),
+		];
+		for (what, violation, expected) in cases {
+			let mut stream = switched(&relay).await;
+			stream
+				.write_all(&qmux_message(&[parameters(), violation]))
+				.await
+				.unwrap();
+			let (status, qmux_code) = close_of(&mut stream).await;
+			assert_eq!(qmux_code, Some(expected), "{what}: the QMux close");
+			assert_eq!(status, ws::status::NORMAL, "{what}: the WebSocket close");
+			healthy.still_receives().await;
+		}
+		// Their slots and memory are given back.
+		relay.metric_until(LIMIT, "moq_relay_connections", |n| n == 2).await;
+		held_until(&relay, |n| n <= before + (64 << 10)).await;
+	});
+}
+
+#[test]
+fn a_flood_of_websockets_from_one_address_leaves_room_for_another() {
+	let relay = Relay::run(moq_relay::config::Config {
+		workers: 1,
+		max_connections: Some(20),
+		..moq_relay::config::Config::loopback()
+	});
+	let http = relay.bound.http.unwrap();
+	runtime().block_on(async {
+		let before = held(&relay).await;
+		// One address (127.0.0.1) holds every slot with WebSocket sessions.
+		let endpoint = endpoint(&relay);
+		let url = ws_url(&relay, "/");
+		let mut flood = Vec::new();
+		for id in 0..20 {
+			let session = within(
+				LIMIT,
+				"a flooding session",
+				ws_client(&relay, &endpoint, &url, http, 100 + id, None, None),
+			)
+			.await
+			.unwrap();
+			flood.push(session);
+		}
+		relay.metric_until(LIMIT, "moq_relay_sessions", |n| n == 20).await;
+		// Each is charged its cost at least.
+		let flooded = held(&relay).await;
+		assert!(
+			flooded >= before + 20 * moq_quic::qmux::CONNECTION_COST,
+			"{flooded} bytes charged for 20 connections"
+		);
+		// Another address gets in (a QUIC pair), taking two of the flood's slots.
+		let elsewhere = moq_quic::Endpoint::bind("127.0.0.2:0".parse().unwrap(), moq_quic::Config::new()).unwrap();
+		let mut healthy = within(LIMIT, "the healthy pair", Healthy::new(&relay, &elsewhere)).await;
+		healthy.still_receives().await;
+		assert_eq!(relay.metric("moq_relay_evicted_total").await, 2);
+		// The flooding address, at its share, is refused another: 503 before any switch.
+		let answer = upgrade_answer(http, &upgrade_request("/", "qmux-01.moq-lite-05")).await;
+		assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+		healthy.still_receives().await;
+		// Gone, they give back what they held.
+		drop(flood);
+		relay.metric_until(LIMIT, "moq_relay_connections", |n| n == 2).await;
+		healthy.still_receives().await;
+		drop(healthy);
+		relay.metric_until(LIMIT, "moq_relay_connections", |n| n == 0).await;
+		held_until(&relay, |n| n <= before + (64 << 10)).await;
 	});
 }

@@ -25,8 +25,9 @@ use moq_quic::Verification;
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-	/// The relay: moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
-	/// (WebTransport); every broadcast goes under the path.
+	/// The relay: moqt://host:port/path[?jwt=...] (raw QUIC), https://host:port/path[?jwt=...]
+	/// (WebTransport) or ws://host:port/path[?jwt=...] (QMux over WebSocket, TCP); every broadcast
+	/// goes under the path.
 	url: String,
 	/// Who publishes and who watches: fanout:N (1 broadcast, N subscribers), fanout:BxN,
 	/// chat:N (N participants, each publishing and watching all others), many:B/WxN (B announced

@@ -8,6 +8,7 @@
 //!     --relay b='target/release/moq-relay --listen 127.0.0.1:{port} --no-http'   # A/A: the noise band
 //! cargo run --release -p bench --bin relay -- --callgrind --save      # user-space instructions per frame: results/relay-callgrind.md
 //! cargo run --release -p bench --bin relay -- --hop --callgrind --save # the same through two linked relays: results/relay-hop-callgrind.md
+//! cargo run --release -p bench --bin relay -- --websocket --save       # raw QUIC and QMux over WebSocket side by side: results/relay-websocket.md
 //! ```
 //!
 //! Each measurement starts the relay command afresh (`{port}` replaced by a free UDP port), waits
@@ -87,6 +88,10 @@ struct Args {
 	/// Dial the relays over WebTransport (https://) instead of raw QUIC.
 	#[arg(long)]
 	webtransport: bool,
+	/// Also measure this tree's relay with its clients over WebSocket (ws://: QMux on the relay's
+	/// TCP port), beside the same relay over raw QUIC. Saves to relay-websocket{,-callgrind}.
+	#[arg(long)]
+	websocket: bool,
 	/// Also measure this tree's relay as two linked relays (publishers upstream, subscribers
 	/// downstream): the cost of one hop. Saves to relay-hop{,-callgrind}.{md,json}.
 	#[arg(long)]
@@ -114,6 +119,9 @@ struct Relay {
 	/// Run as two: an upstream copy for the publishers, and this one, linked with it as a cluster
 	/// peer, for the subscribers.
 	hop: bool,
+	/// How clients dial it: `moqt` (raw QUIC), `https` (WebTransport) or `ws` (QMux over a
+	/// WebSocket on the same port number, over TCP).
+	scheme: &'static str,
 }
 
 /// One measurement of one relay.
@@ -159,6 +167,10 @@ fn main() -> ExitCode {
 fn run(mut args: Args) -> anyhow::Result<()> {
 	let top = workspace();
 	let mut relays = Vec::new();
+	let scheme = if args.webtransport { "https" } else { "moqt" };
+	if args.websocket && (args.hop || !args.relays.is_empty() || !args.revs.is_empty()) {
+		bail!("--websocket measures this tree's relay over QUIC and WebSocket: give it alone");
+	}
 	if args.relays.is_empty() || !args.revs.is_empty() {
 		let sha = git(&top, &["rev-parse", "--short", "HEAD"])?;
 		let dirty = if git(&top, &["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
@@ -166,11 +178,21 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 		} else {
 			"+dirty"
 		};
+		let binary = build_relay(&top, &top.join("target"))?;
 		relays.push(Relay {
 			name: format!("current ({sha}{dirty})"),
-			command: relay_command(&build_relay(&top, &top.join("target"))?, args.callgrind),
+			command: relay_command(&binary, args.callgrind),
 			hop: false,
+			scheme,
 		});
+		if args.websocket {
+			relays.push(Relay {
+				name: format!("current ({sha}{dirty}), over WebSocket"),
+				command: relay_command(&binary, args.callgrind).replace("--no-http", "--http-listen 127.0.0.1:{port}"),
+				hop: false,
+				scheme: "ws",
+			});
+		}
 		if args.hop {
 			relays.push(Relay {
 				name: format!("current ({sha}{dirty}), one hop"),
@@ -196,6 +218,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			name: format!("{rev} ({sha})"),
 			command: relay_command(&build_relay(&tree, &tree.join("target"))?, args.callgrind),
 			hop: false,
+			scheme,
 		});
 	}
 	for text in &args.relays {
@@ -209,6 +232,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			name: name.to_owned(),
 			command: command.to_owned(),
 			hop: false,
+			scheme,
 		});
 	}
 	if args.shapes.is_empty() {
@@ -256,7 +280,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 	println!("{}", table.markdown(&bench::report::revision()));
 	if args.save || args.save_as.is_some() {
 		table.save()?;
-		if args.save_as.is_none() && !args.callgrind && !args.hop {
+		if args.save_as.is_none() && !args.callgrind && !args.hop && !args.websocket {
 			let svg = plot(&args.shapes, &relays, &results);
 			std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("results/relay.svg"), svg)?;
 		}
@@ -353,7 +377,10 @@ fn measure(relay: &Relay, shape: &Shape, args: &Args, scratch: &Path) -> anyhow:
 		children.push(start_relay(&command, port, args, scratch, "relay")?);
 		wait_bound(children.last_mut().expect("just started"), port)?;
 		let pids: Vec<u32> = children.iter().map(Child::id).collect();
-		measure_running(&pids, port, upstream, shape, args, scratch)
+		if relay.scheme == "ws" {
+			wait_listening(port)?;
+		}
+		measure_running(&pids, port, upstream, relay.scheme, shape, args, scratch)
 	})();
 	for child in &mut children {
 		let _ = child.kill();
@@ -404,12 +431,26 @@ fn wait_bound(child: &mut Child, port: u16) -> anyhow::Result<()> {
 	Ok(())
 }
 
+/// Waits (at most 60 s) until TCP `port` on 127.0.0.1 takes connections.
+fn wait_listening(port: u16) -> anyhow::Result<()> {
+	let ready_by = Instant::now() + Duration::from_secs(60);
+	while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+		if Instant::now() > ready_by {
+			bail!("the relay did not listen on tcp port {port} in 60 s");
+		}
+		std::thread::sleep(Duration::from_millis(20));
+	}
+	Ok(())
+}
+
 /// Loads the relay on `port` (publishers on `upstream` when given) and samples the relays of
 /// `pids` (summed) over the steady window.
+#[allow(clippy::too_many_arguments)]
 fn measure_running(
 	pids: &[u32],
 	port: u16,
 	upstream: Option<u16>,
+	scheme: &str,
 	shape: &Shape,
 	args: &Args,
 	scratch: &Path,
@@ -425,10 +466,7 @@ fn measure_running(
 	let target = Target {
 		addr: format!("127.0.0.1:{port}").parse().expect("an address"),
 		publish_addr: upstream.map(|up| format!("127.0.0.1:{up}").parse().expect("an address")),
-		url: Url::parse(&format!(
-			"{}://localhost:{port}/bench",
-			if args.webtransport { "https" } else { "moqt" }
-		))?,
+		url: Url::parse(&format!("{scheme}://localhost:{port}/bench"))?,
 		verification: Verification::Disabled,
 	};
 	let plan = args.load.plan(shape.clone(), false);
@@ -765,6 +803,8 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		(
 			if args.hop {
 				"relay-hop-callgrind"
+			} else if args.websocket {
+				"relay-websocket-callgrind"
 			} else {
 				"relay-callgrind"
 			},
@@ -774,7 +814,13 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		)
 	} else {
 		(
-			if args.hop { "relay-hop" } else { "relay" },
+			if args.hop {
+				"relay-hop"
+			} else if args.websocket {
+				"relay-websocket"
+			} else {
+				"relay"
+			},
 			"The relay under load: CPU, memory and latency per delivered frame",
 			"µs of relay CPU per delivered frame",
 			"task-clock: the relay's utime + stime from /proc/PID/stat over the steady window; context switches from /proc/PID/task/*/status; resident set from /proc/PID/status; latency measured by the load generator (µs, one monotonic clock)",

@@ -411,6 +411,15 @@ impl Session {
 		}
 	}
 
+	/// The QUIC connection under the session, if it has one (not over a WebSocket).
+	pub fn quic_connection(&self) -> Option<&Connection> {
+		match &self.inner {
+			Inner::Quic { connection, .. } => Some(connection),
+			Inner::WebTransport { transport, .. } => Some(transport.connection()),
+			Inner::Qmux { .. } => None,
+		}
+	}
+
 	/// The QMux connection under a session over a WebSocket.
 	pub fn qmux(&self) -> Option<&QmuxConnection> {
 		match &self.inner {
