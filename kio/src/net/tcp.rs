@@ -282,6 +282,13 @@ impl TcpStream {
 
 	/// Stages up to 64 KiB of `src` for sending and returns how much it took; waits only when the
 	/// staging buffer is full.
+	///
+	/// Bytes staged while a send is in flight go out when the stream is next polled for writing
+	/// ([`poll_write`](Self::poll_write) or [`poll_flush`](Self::poll_flush)): nothing sends them
+	/// from the completion alone. A writer that stops writing, or waits on something else, flushes
+	/// first (`poll_flush` registers it for the send's end), or its last bytes wait for its next
+	/// write. Both of the workspace's first users over a slow peer met this (QMux's driver, a test
+	/// proxy): their connections stalled with bytes staged.
 	pub fn poll_write(&mut self, waiter: &Waiter, src: &[u8]) -> Poll<io::Result<usize>> {
 		if let Some(e) = self.write_error.take() {
 			return Poll::Ready(Err(e));
