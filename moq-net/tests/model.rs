@@ -1291,3 +1291,25 @@ fn a_tracks_holders_follow_its_subscriptions_as_they_come_and_go() {
 		assert_eq!(track.holders(16), Some(vec![Some(7)]), "nobody subscribed: its asker");
 	});
 }
+
+#[test]
+fn a_broadcast_that_stops_serving_drops_the_requests_waiting_and_finds_no_new_track() {
+	// A relay's broadcast whose publisher went lingers: a track asked of it then waited for the
+	// linger's end, while the same owner's next publication was already there to serve it (a
+	// cluster test of a reconnect failed 4 times in 25 under load).
+	kio::block_on(async {
+		let origin = Origin::new(1);
+		let (broadcast, _publication) = serving(&origin);
+		let consumer = origin.consumer().broadcast(&Path::new("bbb")).unwrap();
+		let mut waiting = consumer.subscribe_track("video", Subscription::default()).unwrap();
+		broadcast.stop_serving();
+		assert!(
+			matches!(waiting.recv_group().await, Err(Error::Dropped)),
+			"the waiting request is dropped"
+		);
+		assert!(matches!(
+			consumer.subscribe_track("audio", Subscription::default()),
+			Err(Error::NotFound)
+		));
+	});
+}

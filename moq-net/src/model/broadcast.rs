@@ -112,6 +112,21 @@ impl BroadcastProducer {
 		self.state.lock().serving = true;
 	}
 
+	/// Stops serving requests for tracks that do not exist: nobody will fill them (its publisher
+	/// went, and it only lingers). A track asked for from now on is one it has, or not found; the
+	/// requests waiting are aborted as dropped, so their subscribers learn it now rather than at
+	/// the linger's end.
+	pub fn stop_serving(&self) {
+		let waiting = {
+			let mut state = self.state.lock();
+			state.serving = false;
+			std::mem::take(&mut state.requests)
+		};
+		for track in waiting {
+			track.abort(Error::Dropped);
+		}
+	}
+
 	/// The next requested track, to fill (set its info, write its groups) or abort; `None` once
 	/// the broadcast ended.
 	pub fn poll_requested_track(&self, waiter: &Waiter) -> Poll<Option<TrackProducer>> {

@@ -83,6 +83,10 @@ impl Mirrored {
 			..
 		} = self;
 		publication.linger();
+		// A track asked of it while it lingers would wait for a publisher that is gone; asked
+		// elsewhere (a relay's subscriber), it is found missing or dropped now, and a subscriber
+		// of a reconnecting owner follows the owner's next publication.
+		broadcast.stop_serving();
 		// Outside a worker (the runtime is being torn down) there is nothing to linger for. The
 		// announcement stays charged (and in the gauges) until it goes.
 		let _detached = kio::try_spawn(async move {
