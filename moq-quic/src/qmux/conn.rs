@@ -47,11 +47,12 @@ struct Shared {
 	memory: Option<(Budget, RefCell<Charge>)>,
 }
 
-/// What a QMux connection over a WebSocket costs before anything is in its windows or queues:
-/// the TCP stream's buffers in kio (16 KiB read, 64 KiB staged to send), the driver's (16 KiB
-/// read, a frame and a message being decoded, 64 KiB each at most, a record being written) and
-/// the core's state.
-pub const CONNECTION_COST: u64 = 192 << 10;
+/// What a QMux connection over a WebSocket may hold before anything is in its windows or queues,
+/// at worst: the TCP stream's buffers in kio (16 KiB read; a record staged and one in flight,
+/// 64 KiB of staging room), the driver's (16 KiB read, a record being written), the WebSocket
+/// decoder's frame and message (64 KiB each, in buffers that may grow to twice what they hold:
+/// 256 KiB) and the core's state.
+pub const CONNECTION_COST: u64 = 384 << 10;
 
 /// A QMux connection. Cheap to clone; its driver ends it when it ends.
 #[derive(Clone)]
