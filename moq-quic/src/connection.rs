@@ -337,10 +337,9 @@ impl QueueBudget {
 	}
 
 	/// Gives a stream's data and chunk charges back, waking the writers waiting for room if
-	/// there was none before. Both are given in one step: giving the chunks' cost first, and the
-	/// data after, left room above [`CHUNK_COST`] by the time the data's give checked, and a
-	/// writer waiting for room slept on (a client of the relay's memory tests hung in `write`
-	/// once the relay stopped another stream of its full send buffer).
+	/// there was none before. Both in one step: given one after the other, the first leaves room
+	/// above [`CHUNK_COST`] by the time the second checks, and a writer waiting for room would
+	/// sleep on.
 	fn give_all(&mut self, data: &mut Charge, records: &mut Charge) {
 		if data.amount() + records.amount() > 0 && self.bytes.room() <= CHUNK_COST {
 			self.waiters.wake();

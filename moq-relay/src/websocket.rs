@@ -72,6 +72,10 @@ pub(crate) async fn serve_websocket(relay: Arc<Relay>, request: WebSocket, shutd
 		debug!(%peer, "websocket: the address holds its share of the memory ceiling");
 		return refuse(&mut stream, 503, "over the memory limit", deadline).await;
 	}
+	// Held from the check on, so upgrades of one address answered at once each see the others';
+	// the connection's own charge replaces it once it exists.
+	let mut reserved = budget.empty();
+	reserved.force(cost);
 	let Some(slot) = relay.slots.admit(peer.ip(), Some(budget.clone())) else {
 		relay.stats.refused.fetch_add(1, Ordering::Relaxed);
 		warn!(%peer, "too many connections");
@@ -111,7 +115,8 @@ pub(crate) async fn serve_websocket(relay: Arc<Relay>, request: WebSocket, shutd
 		peer,
 		Some(budget),
 	);
-	let driver = kio::spawn(driver);
+	drop(reserved);
+	let mut driver = kio::spawn(driver);
 	let session_config = session::Config {
 		origin: relay.id(),
 		counters: Some(relay.counters.clone()),
@@ -139,9 +144,14 @@ pub(crate) async fn serve_websocket(relay: Arc<Relay>, request: WebSocket, shutd
 		};
 		serve_session(&relay, opened, &|window| conn.set_receive_window(window), ends).await;
 	}
-	// The close goes out before the slot and the memory are given back.
+	// The close goes out before the slot and the memory are given back; a peer that does not
+	// take it within the shutdown timeout (a zero window) loses its socket then, so nothing it
+	// holds outlives its slot.
 	drop(conn);
-	let _ = race(driver, kio::time::sleep(relay.shutdown_timeout)).await;
+	if let Either::Right(()) = race(&mut driver, kio::time::sleep(relay.shutdown_timeout)).await {
+		driver.abort();
+		let _ = driver.await;
+	}
 	drop(slot);
 }
 

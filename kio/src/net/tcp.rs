@@ -287,8 +287,7 @@ impl TcpStream {
 	/// ([`poll_write`](Self::poll_write) or [`poll_flush`](Self::poll_flush)): nothing sends them
 	/// from the completion alone. A writer that stops writing, or waits on something else, flushes
 	/// first (`poll_flush` registers it for the send's end), or its last bytes wait for its next
-	/// write. Both of the workspace's first users over a slow peer met this (QMux's driver, a test
-	/// proxy): their connections stalled with bytes staged.
+	/// write.
 	pub fn poll_write(&mut self, waiter: &Waiter, src: &[u8]) -> Poll<io::Result<usize>> {
 		if let Some(e) = self.write_error.take() {
 			return Poll::Ready(Err(e));

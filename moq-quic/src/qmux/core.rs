@@ -10,8 +10,10 @@
 //!
 //! # What a peer can make us hold
 //!
-//! - Received stream data: within the windows we give (per stream and per connection), copied
-//!   out of its record when small so a byte never pins a 16 KiB body.
+//! - Received stream data: within the windows we give (per stream and per connection). A chunk
+//!   under three quarters of its record is copied out of it, so what is held unread is at most
+//!   a third more than the window (a record is at most our `max_record_size`, or a qmux-00
+//!   frame's 16 KiB; a larger one is refused).
 //! - Streams: at most what we allow of each kind at once (`max_streams`), replenished as they
 //!   end.
 //! - Datagrams received and not yet read: [`DATAGRAM_QUEUE`] bytes; the oldest go first.
@@ -148,8 +150,6 @@ pub const STREAM_QUEUE: u64 = 32 << 10;
 /// The largest STREAM payload we put in one frame: what released receivers take (16,384 less
 /// room for the frame's header).
 const MAX_STREAM_PAYLOAD: usize = 16_352;
-/// Received stream data below this is copied out of its record rather than kept as a slice of it.
-const COPY_BELOW: usize = 4096;
 /// How long a peer has to send its transport parameters.
 pub const PARAMS_TIMEOUT: Duration = Duration::from_secs(10);
 /// The send scheduler's quantum: one record's worth.
@@ -227,7 +227,7 @@ impl Recv {
 	/// for the peer's reset (or FIN): the bytes it sends meanwhile count against the connection's
 	/// credit on both sides, and a half forgotten earlier would ignore them here while the peer
 	/// counted them, so the peer's credit would shrink by every such byte until it could send
-	/// nothing (a throttled viewer's connection stalled for good that way).
+	/// nothing.
 	fn is_finished(&self) -> bool {
 		self.fin.is_some() && self.is_over()
 	}
@@ -248,6 +248,8 @@ struct Send {
 	stopped: Option<u64>,
 	slot: StreamSlot,
 	group: GroupId,
+	/// In `Core::blocked`, waiting for connection credit (once, however often it is written to).
+	blocked: bool,
 }
 
 struct Stream {
@@ -284,8 +286,8 @@ pub struct Core {
 	/// Connection flow control, sending: bytes sent, and the peer's MAX_DATA.
 	sent: u64,
 	send_max: u64,
-	/// Streams with data that wait for connection credit.
-	blocked: Vec<StreamSlot>,
+	/// Streams with data that wait for connection credit, by id.
+	blocked: Vec<u64>,
 	/// Connection flow control, receiving: the sum of the streams' received ends, what the
 	/// application read or we discarded, and the credit we gave.
 	received: u64,
@@ -418,6 +420,16 @@ impl Core {
 		}
 		self.last_received = now;
 		let size = body.len();
+		// Our `max_record_size` (qmux-00 has none: a frame of 16 KiB at most, as its peers cap it).
+		let largest = match self.version {
+			Version::Qmux00 => 16_384,
+			_ => self.config.params.max_record_size as usize,
+		};
+		if size > largest {
+			let violation = violation(code::FRAME_ENCODING_ERROR, "a record past our max_record_size");
+			self.fail(violation.clone());
+			return Err(violation);
+		}
 		while !body.is_empty() {
 			let frame = frame::decode(&mut body).map_err(Violation::from);
 			let result = frame.and_then(|frame| self.on_frame(frame, size));
@@ -472,8 +484,11 @@ impl Core {
 			Frame::MaxData(max) => {
 				if max > self.send_max {
 					self.send_max = max;
-					for slot in self.blocked.drain(..) {
-						self.scheduler.ready(slot);
+					for id in std::mem::take(&mut self.blocked) {
+						if let Some(send) = self.streams.get_mut(&id).and_then(|s| s.send.as_mut()) {
+							send.blocked = false;
+							self.scheduler.ready(send.slot);
+						}
 					}
 					self.driver.wake();
 				}
@@ -619,6 +634,7 @@ impl Core {
 			stopped: None,
 			slot: self.scheduler.insert_stream(group, id),
 			group,
+			blocked: false,
 		}
 	}
 
@@ -657,6 +673,9 @@ impl Core {
 		{
 			return Err(violation(code::FINAL_SIZE_ERROR, "stream data past its final size"));
 		}
+		if fin && end < recv.received {
+			return Err(violation(code::FINAL_SIZE_ERROR, "a final size below what arrived"));
+		}
 		if start > recv.received {
 			return Err(violation(code::PROTOCOL_VIOLATION, "a gap in a stream"));
 		}
@@ -676,7 +695,7 @@ impl Core {
 				// Discarded as it comes: read, as far as credit goes.
 				self.consumed += new;
 				recv.read = end;
-			} else if data.len() < COPY_BELOW && data.len() < size {
+			} else if data.len() * 4 < size * 3 {
 				recv.chunks.push_back(Bytes::copy_from_slice(&data));
 			} else {
 				recv.chunks.push_back(data);
@@ -1078,7 +1097,9 @@ impl Core {
 		}
 		let stream = self.streams.remove(&id).expect("looked up above");
 		if let Some(send) = stream.send {
-			self.blocked.retain(|slot| *slot != send.slot);
+			if send.blocked {
+				self.blocked.retain(|blocked| *blocked != id);
+			}
 			self.scheduler.remove_stream(send.slot);
 			self.scheduler.retire_group(send.group);
 		}
@@ -1100,7 +1121,9 @@ impl Core {
 			return Err(StreamError::Closed(end.clone()));
 		}
 		let limit = self.peer.as_ref().map_or(0, |peer| peer.max_datagram_frame_size);
-		if self.version == Version::Qmux00 || data.len() as u64 + 3 > limit {
+		// It must fit a DATAGRAM frame (its type and length, up to 9 bytes) in a record the peer
+		// takes, or it would wait at the queue's head for good.
+		if self.version == Version::Qmux00 || data.len() as u64 + 3 > limit || data.len() + 9 > self.max_body() {
 			return Err(StreamError::Invalid);
 		}
 		if self.datagrams_out_bytes + data.len() <= DATAGRAM_SEND_QUEUE {
@@ -1309,8 +1332,9 @@ impl Core {
 				.min(stream_credit.min(connection_credit) as usize);
 			if front > 0 && len == 0 {
 				// Credit stopped it: it waits for MAX_STREAM_DATA, or MAX_DATA (`blocked`).
-				if stream_credit > 0 {
-					self.blocked.push(pick.stream);
+				if stream_credit > 0 && !send.blocked {
+					send.blocked = true;
+					self.blocked.push(id);
 				}
 				self.scheduler.sent(pick, 0, After::Blocked);
 				continue;

@@ -388,7 +388,7 @@ mod tests {
 
 	#[test]
 	fn frames_match_the_public_implementations_bytes() {
-		// Vectors from the qmux crate's and @moq/qmux's tests (docs/moq-quic.md, "QMux").
+		// Vectors from the qmux crate's and @moq/qmux's tests (docs/moq-quic.md §9).
 		let cases = [
 			(
 				Frame::Stream {

@@ -312,7 +312,10 @@ impl Decoder {
 			return Ok(None);
 		}
 		self.buf.advance(at);
-		let mut payload = self.buf.split_to(len);
+		// A buffer of its own, not a slice of the decoder's: what the core keeps of a message
+		// (a stream's unread bytes) then holds that message, never the decoder's larger buffer.
+		let mut payload = BytesMut::from(&self.buf[..len]);
+		self.buf.advance(len);
 		if let Some(mask) = mask {
 			for (i, byte) in payload.iter_mut().enumerate() {
 				*byte ^= mask[i % 4];

@@ -25,6 +25,9 @@ use crate::model::{
 };
 use crate::transport::{RecvStream, Transport, TransportError, TransportExt};
 
+/// How often a peer that resets our announcement request for overflow is asked again, at most.
+const RESYNC_PAUSE: Duration = Duration::from_secs(1);
+
 /// Requests the peer's announcements and mirrors them into `origin`. A peer that could not keep
 /// up with what changed (its queue for us past its bound) resets the request with BoundsExceeded:
 /// we ask again, keep what we mirror, and end what the new request's current set no longer has.
@@ -33,9 +36,14 @@ pub(super) async fn run<T: Transport + 'static>(inner: Rc<Inner<T>>, origin: Ori
 		inner: &inner,
 		map: HashMap::new(),
 	};
+	let mut asked = kio::time::now();
 	loop {
 		match announcements(&inner, &origin, &mut mirrored.map).await {
 			Err(SessionError::Transport(TransportError::Reset(code))) if code == ErrorCode::BoundsExceeded.code() => {
+				// Each request makes the peer send its whole current set again: a peer that keeps
+				// overflowing is asked at most once every `RESYNC_PAUSE`, not as fast as it resets.
+				kio::time::sleep_until(asked + RESYNC_PAUSE).await;
+				asked = kio::time::now();
 				continue;
 			}
 			Err(err) if err.is_fatal() => inner.fail(&err),

@@ -429,3 +429,48 @@ fn bytes_that_come_after_a_stop_count_against_the_connections_credit_on_both_sid
 		pair.server.recv_max - pair.server.received
 	);
 }
+
+#[test]
+fn a_record_past_our_size_and_a_final_size_below_what_arrived_are_violations() {
+	let mut pair = Pair::default();
+	let big = Bytes::from(vec![0u8; MIN_RECORD_SIZE as usize + 1]);
+	let violation = pair.server.receive(big, pair.now).unwrap_err();
+	assert_eq!(violation.code, code::FRAME_ENCODING_ERROR);
+
+	let mut pair = Pair::default();
+	let Poll::Ready(Ok(id)) = pair.client.poll_open(&waiter(), Dir::Uni) else {
+		panic!("a uni stream");
+	};
+	assert!(write(&mut pair.client, id, &[1; 100]).is_ready());
+	pair.exchange();
+	let mut body = Vec::new();
+	Frame::Stream {
+		id,
+		offset: Some(0),
+		fin: true,
+		data: Bytes::new(),
+	}
+	.encode(&mut body);
+	let violation = pair.server.receive(Bytes::from(body), pair.now).unwrap_err();
+	assert_eq!(violation.code, code::FINAL_SIZE_ERROR);
+}
+
+#[test]
+fn a_stream_waiting_for_connection_credit_is_listed_once_however_often_it_is_written() {
+	let server_config = Config {
+		params: Params {
+			max_data: 1000,
+			..Config::default().params
+		},
+		..Config::default()
+	};
+	let mut pair = Pair::new(Version::Qmux01, Config::default(), server_config);
+	let Poll::Ready(Ok(id)) = pair.client.poll_open(&waiter(), Dir::Uni) else {
+		panic!("a uni stream");
+	};
+	for _ in 0..50 {
+		let _ = write(&mut pair.client, id, &[1; 100]);
+		while pair.client.poll_transmit(pair.now).is_some() {}
+	}
+	assert_eq!(pair.client.blocked, vec![id]);
+}
