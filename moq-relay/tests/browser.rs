@@ -236,6 +236,50 @@ fn driver() -> std::path::PathBuf {
 	dir
 }
 
+/// A native publisher (this crate's client, raw QUIC) of broadcast "native", track "seq": a group
+/// of one frame (its sequence, as text) every 20 ms, written by the returned task while the
+/// returned session lives.
+async fn native_publisher(relay: &Relay, endpoint: &moq_quic::Endpoint) -> (kio::JoinHandle<()>, impl Sized) {
+	let origin = Origin::new(1);
+	let (broadcast, publication) = origin
+		.producer()
+		.create_broadcast(&MoqPath::new("native"), Default::default())
+		.unwrap();
+	let track = broadcast.create_track("seq", TrackInfo::default()).unwrap();
+	let session = publisher(relay, endpoint, "/", &origin).await.unwrap();
+	let writer = kio::spawn(async move {
+		for sequence in 0.. {
+			let mut group = track.create_group(sequence).unwrap();
+			let text = Bytes::from(sequence.to_string());
+			group
+				.write_frame(Frame::new(Timestamp::new(sequence, 1000), text))
+				.unwrap();
+			group.finish().unwrap();
+			kio::time::sleep(Duration::from_millis(20)).await;
+		}
+	});
+	(writer, (session, origin, broadcast, publication))
+}
+
+/// `COUNT` groups of a browser's broadcast `name` (track "seq") as `viewer_origin` mirrors it:
+/// (sequence, first frame as text) each.
+async fn browser_groups(viewer_origin: &Origin, name: &str, scenario: &str) -> Vec<(u64, String)> {
+	let mut cursor = within(LIMIT, scenario, announced(viewer_origin, name))
+		.await
+		.subscribe_track("seq", Subscription::default())
+		.unwrap();
+	let mut received = Vec::new();
+	while (received.len() as u64) < COUNT {
+		let mut group = within(LIMIT, "a browser group", cursor.recv_group())
+			.await
+			.unwrap()
+			.expect("the browser's track ended");
+		let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
+		received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
+	}
+	received
+}
+
 #[test]
 #[ignore = "needs Chromium and Node; .ci/run installs them and runs it with --ignored"]
 fn browsers_and_native_clients_through_the_relay() {
@@ -245,25 +289,7 @@ fn browsers_and_native_clients_through_the_relay() {
 	let url = format!("https://127.0.0.1:{}/", relay.bound.quic.port());
 	let mut node = runtime().block_on(async {
 		let endpoint = endpoint(&relay);
-		// A native publisher: a group of one frame (its sequence, as text) every 20 ms.
-		let origin = Origin::new(1);
-		let (broadcast, _publication) = origin
-			.producer()
-			.create_broadcast(&MoqPath::new("native"), Default::default())
-			.unwrap();
-		let track = broadcast.create_track("seq", TrackInfo::default()).unwrap();
-		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
-		let writer = kio::spawn(async move {
-			for sequence in 0.. {
-				let mut group = track.create_group(sequence).unwrap();
-				let text = Bytes::from(sequence.to_string());
-				group
-					.write_frame(Frame::new(Timestamp::new(sequence, 1000), text))
-					.unwrap();
-				group.finish().unwrap();
-				kio::time::sleep(Duration::from_millis(20)).await;
-			}
-		});
+		let (writer, _publisher) = native_publisher(&relay, &endpoint).await;
 
 		// `moq-clock publish`, the example client, as a process: its clock is what a browser watches.
 		let clock_url = format!("moqt://127.0.0.1:{}/", relay.bound.quic.port());
@@ -338,20 +364,7 @@ fn browsers_and_native_clients_through_the_relay() {
 		let viewer_origin = Origin::new(2);
 		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
 		for (name, scenario) in [("web", "browser → native"), ("web04", "@moq/lite (04) → native")] {
-			let mut cursor = within(LIMIT, scenario, announced(&viewer_origin, name))
-				.await
-				.subscribe_track("seq", Subscription::default())
-				.unwrap();
-			let mut received = Vec::new();
-			while (received.len() as u64) < COUNT {
-				let mut group = within(LIMIT, "a browser group", cursor.recv_group())
-					.await
-					.unwrap()
-					.expect("the browser's track ended");
-				let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
-				received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
-			}
-			consecutive(scenario, &received);
+			consecutive(scenario, &browser_groups(&viewer_origin, name, scenario).await);
 		}
 
 		// `moq-clock subscribe` prints the browser's clock: prefix and second, a line each.
@@ -543,24 +556,7 @@ fn browsers_without_webtransport_publish_and_watch_over_websocket() {
 	let url = format!("http://127.0.0.1:{}/", relay.bound.http.unwrap().port());
 	let mut node = runtime().block_on(async {
 		let endpoint = endpoint(&relay);
-		let origin = Origin::new(1);
-		let (broadcast, _publication) = origin
-			.producer()
-			.create_broadcast(&MoqPath::new("native"), Default::default())
-			.unwrap();
-		let track = broadcast.create_track("seq", TrackInfo::default()).unwrap();
-		let _publisher = publisher(&relay, &endpoint, "/", &origin).await.unwrap();
-		let writer = kio::spawn(async move {
-			for sequence in 0.. {
-				let mut group = track.create_group(sequence).unwrap();
-				let text = Bytes::from(sequence.to_string());
-				group
-					.write_frame(Frame::new(Timestamp::new(sequence, 1000), text))
-					.unwrap();
-				group.finish().unwrap();
-				kio::time::sleep(Duration::from_millis(20)).await;
-			}
-		});
+		let (writer, _publisher) = native_publisher(&relay, &endpoint).await;
 
 		let mut node = Command::new("node")
 			.arg(dir.join("run.mjs"))
@@ -597,20 +593,7 @@ fn browsers_without_webtransport_publish_and_watch_over_websocket() {
 		let viewer_origin = Origin::new(2);
 		let _viewer = viewer(&relay, &endpoint, "/", &viewer_origin).await.unwrap();
 		let scenario = "browser over WebSocket → native";
-		let mut cursor = within(LIMIT, scenario, announced(&viewer_origin, "web"))
-			.await
-			.subscribe_track("seq", Subscription::default())
-			.unwrap();
-		let mut received = Vec::new();
-		while (received.len() as u64) < COUNT {
-			let mut group = within(LIMIT, "a browser group", cursor.recv_group())
-				.await
-				.unwrap()
-				.expect("the browser's track ended");
-			let frame = within(LIMIT, "its frame", group.read_frame()).await.unwrap().unwrap();
-			received.push((group.sequence(), String::from_utf8(frame.payload.to_vec()).unwrap()));
-		}
-		consecutive(scenario, &received);
+		consecutive(scenario, &browser_groups(&viewer_origin, "web", scenario).await);
 
 		// Four browser sessions came over WebSocket: the pair, the viewer, the publisher.
 		let sessions = relay.metric("moq_relay_websocket_sessions_total").await;

@@ -106,22 +106,30 @@ fn websocket_and_quic_clients_watch_each_other() {
 	});
 }
 
-/// Sends `request` on a fresh TCP connection to `addr` and reads the answer's head.
-async fn upgrade_answer(addr: SocketAddr, request: &str) -> String {
+/// Sends `request` on a fresh TCP connection to `addr` and reads the answer's head, a byte at a
+/// time (so what follows it, a switched connection's frames, stays in the socket): the
+/// connection, and the head.
+async fn upgrade(addr: SocketAddr, request: &str) -> (TcpStream, String) {
 	let mut stream = TcpStream::connect(addr).await.unwrap();
 	stream.write_all(request.as_bytes()).await.unwrap();
 	let mut answer = Vec::new();
-	let mut chunk = [0u8; 1024];
-	while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-		let n = within(LIMIT, "the answer", stream.read(&mut chunk)).await.unwrap();
-		assert!(
-			n > 0,
+	let mut byte = [0u8; 1];
+	while !answer.ends_with(b"\r\n\r\n") {
+		let n = within(LIMIT, "the answer", stream.read(&mut byte)).await.unwrap();
+		assert_eq!(
+			n,
+			1,
 			"the relay closed without an answer: {:?}",
 			String::from_utf8_lossy(&answer)
 		);
-		answer.extend_from_slice(&chunk[..n]);
+		answer.push(byte[0]);
 	}
-	String::from_utf8_lossy(&answer).into_owned()
+	(stream, String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// The head of the answer to `request` on a fresh connection to `addr`.
+async fn upgrade_answer(addr: SocketAddr, request: &str) -> String {
+	upgrade(addr, request).await.1
 }
 
 fn upgrade_request(target: &str, protocols: &str) -> String {
@@ -170,23 +178,9 @@ fn upgrades_the_relay_cannot_serve_are_answered_with_a_status() {
 
 /// A WebSocket switched to `qmux-01.moq-lite-05`, the 101 read.
 async fn switched(relay: &Relay) -> TcpStream {
-	let mut stream = TcpStream::connect(relay.bound.http.unwrap()).await.unwrap();
-	stream
-		.write_all(upgrade_request("/", "qmux-01.moq-lite-05").as_bytes())
-		.await
-		.unwrap();
-	let mut answer = Vec::new();
-	let mut byte = [0u8; 1];
-	while !answer.ends_with(b"\r\n\r\n") {
-		let n = within(LIMIT, "the 101", stream.read(&mut byte)).await.unwrap();
-		assert_eq!(n, 1, "the relay closed before its 101");
-		answer.push(byte[0]);
-	}
-	assert!(
-		answer.starts_with(b"HTTP/1.1 101"),
-		"{}",
-		String::from_utf8_lossy(&answer)
-	);
+	let request = upgrade_request("/", "qmux-01.moq-lite-05");
+	let (stream, answer) = upgrade(relay.bound.http.unwrap(), &request).await;
+	assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
 	stream
 }
 

@@ -622,6 +622,20 @@ impl Core {
 		Ok(self.streams.contains_key(&id))
 	}
 
+	/// Whether a frame about stream `id` applies: a peer's frame about our receiving half
+	/// (`receiving`) on a stream we only send on, or about our sending half on one we only receive
+	/// on, is STREAM_STATE_ERROR; one for a stream that is not live is ignored ([`live`](Self::live)).
+	fn frame_for(&mut self, id: u64, receiving: bool, frame: &str) -> Result<bool, Violation> {
+		if dir_of(id) == Dir::Uni && self.is_peer_stream(id) != receiving {
+			let ours = if receiving { "send" } else { "receive" };
+			return Err(violation(
+				code::STREAM_STATE_ERROR,
+				format!("{frame} on a stream we only {ours} on"),
+			));
+		}
+		self.live(id)
+	}
+
 	fn new_send(&mut self, id: u64, max: u64) -> Send {
 		let group = self.scheduler.insert_group(0);
 		Send {
@@ -646,13 +660,7 @@ impl Core {
 		data: Bytes,
 		size: usize,
 	) -> Result<(), Violation> {
-		if !self.is_peer_stream(id) && dir_of(id) == Dir::Uni {
-			return Err(violation(
-				code::STREAM_STATE_ERROR,
-				"STREAM on a stream we only send on",
-			));
-		}
-		if !self.live(id)? {
+		if !self.frame_for(id, true, "STREAM")? {
 			return Ok(());
 		}
 		let stream = self.streams.get_mut(&id).expect("live");
@@ -715,13 +723,7 @@ impl Core {
 	}
 
 	fn on_reset(&mut self, id: u64, code: u64, final_size: u64) -> Result<(), Violation> {
-		if !self.is_peer_stream(id) && dir_of(id) == Dir::Uni {
-			return Err(violation(
-				code::STREAM_STATE_ERROR,
-				"RESET_STREAM on a stream we only send on",
-			));
-		}
-		if !self.live(id)? {
+		if !self.frame_for(id, true, "RESET_STREAM")? {
 			return Ok(());
 		}
 		let stream = self.streams.get_mut(&id).expect("live");
@@ -759,13 +761,7 @@ impl Core {
 	}
 
 	fn on_stop(&mut self, id: u64, code: u64) -> Result<(), Violation> {
-		if self.is_peer_stream(id) && dir_of(id) == Dir::Uni {
-			return Err(violation(
-				code::STREAM_STATE_ERROR,
-				"STOP_SENDING on a stream we only receive on",
-			));
-		}
-		if !self.live(id)? {
+		if !self.frame_for(id, false, "STOP_SENDING")? {
 			return Ok(());
 		}
 		let stream = self.streams.get_mut(&id).expect("live");
@@ -783,13 +779,7 @@ impl Core {
 	}
 
 	fn on_max_stream_data(&mut self, id: u64, max: u64) -> Result<(), Violation> {
-		if self.is_peer_stream(id) && dir_of(id) == Dir::Uni {
-			return Err(violation(
-				code::STREAM_STATE_ERROR,
-				"MAX_STREAM_DATA on a stream we only receive on",
-			));
-		}
-		if !self.live(id)? {
+		if !self.frame_for(id, false, "MAX_STREAM_DATA")? {
 			return Ok(());
 		}
 		let stream = self.streams.get_mut(&id).expect("live");
