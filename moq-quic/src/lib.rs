@@ -13,6 +13,8 @@
 //! - [`tls`]: rustls 0.23 with an explicit `ring` provider, TLS 1.3 only; self-signed ECDSA P-256
 //!   certificates of at most 14 days and their SHA-256 fingerprints; verification by roots, by a
 //!   pinned fingerprint, or explicitly disabled.
+//! - [`byte_stream`]: TCP in the clear or under TLS (rustls on a kio TCP stream), what QMux and
+//!   the relay's HTTP server run on.
 //! - [`Router`] (`route.rs`): hands a datagram that reached the wrong worker (a client whose
 //!   address changed) to the worker that holds its connection, named in the connection id.
 //! - [`nat`]: a NAT on loopback that rebinds on demand, for tests of that.
@@ -26,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod byte_stream;
 mod connection;
 mod endpoint;
 pub mod h3;

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
+pub use rustls;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 pub use rustls::pki_types::CertificateDer;
@@ -448,6 +449,24 @@ pub fn client_crypto(
 	verification: &Verification,
 	alpn: &[&[u8]],
 ) -> Result<quinn_proto::crypto::rustls::QuicClientConfig, TlsError> {
+	quinn_proto::crypto::rustls::QuicClientConfig::try_from(client_tls(verification, alpn)?).map_err(TlsError::from)
+}
+
+/// A rustls server configuration for TLS over TCP (`wss://`, QMux over TLS), as for QUIC: TLS
+/// 1.3, `alpn` in the server's order of preference.
+pub fn tcp_server_config(
+	certificate: &ServerCertificate,
+	alpn: &[&[u8]],
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+	Ok(Arc::new(server_tls(certificate, alpn)?))
+}
+
+/// A rustls client configuration for TLS over TCP, verified as for QUIC.
+pub fn tcp_client_config(verification: &Verification, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+	Ok(Arc::new(client_tls(verification, alpn)?))
+}
+
+fn client_tls(verification: &Verification, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
 	let provider = provider();
 	let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
 		.with_protocol_versions(&[&rustls::version::TLS13])?;
@@ -472,7 +491,7 @@ pub fn client_crypto(
 			.with_no_client_auth(),
 	};
 	tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-	quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).map_err(TlsError::from)
+	Ok(tls)
 }
 
 /// Accepts a server whose leaf certificate hashes to a pinned fingerprint (or any, with no pins),

@@ -1,5 +1,5 @@
-//! The relay: one [`Relay`](relay::Relay) shared by every worker, served over raw QUIC and
-//! WebTransport, with auth, limits, HTTP, metrics, shutdown and clusters.
+//! The relay: one [`Relay`](relay::Relay) shared by every worker, served over raw QUIC,
+//! WebTransport and QMux on TCP, with auth, limits, HTTP, metrics, shutdown and clusters.
 //!
 //! # Rooms
 //!
@@ -13,7 +13,8 @@
 //! | [`limits`], [`config`] | the configuration: flags, the file, resolved limits |
 //! | `certificates` | loading, generating and renewing the certificate |
 //! | [`metrics`] | `/metrics`: every counter the relay keeps, and the exposition |
-//! | [`http`] | the HTTP endpoints on TCP |
+//! | [`http`] | the TCP port: HTTP endpoints, TLS, and what it hands over (WebSocket upgrades, QMux) |
+//! | `qmux` | QMux on the TCP port (over a WebSocket, TLS, or plaintext): admission, auth, the session |
 //! | [`cluster`] | links with other relays, discovery, and a simulated cluster |
 //!
 //! The client (`moq-clock`, the load generator, the tests and the cluster's links) is the
@@ -29,6 +30,6 @@ pub mod http;
 pub mod limits;
 mod listen;
 pub mod metrics;
+mod qmux;
 pub mod relay;
 pub mod server;
-mod websocket;

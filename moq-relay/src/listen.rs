@@ -112,6 +112,7 @@ pub(crate) fn http(
 	let bound = listener.local_addr();
 	let limits = relay.limits;
 	let metrics = relay.clone();
+	let tls = moq_quic::tls::tcp_server_config(&certificate, &crate::qmux::TLS_ALPN)?;
 	let routes = Routes::new(
 		move || certificate.fingerprint_hex(),
 		move || metrics.stats.render(&metrics),
@@ -122,14 +123,18 @@ pub(crate) fn http(
 		let relay = relay.clone();
 		move |ip| relay.address_memory(ip)
 	})
+	.with_tls(tls)
 	.with_websocket({
 		let relay = relay.clone();
+		let shutdown = shutdown.clone();
 		move |request| {
-			let _detached = kio::spawn(crate::websocket::serve_websocket(
-				relay.clone(),
-				request,
-				shutdown.clone(),
-			));
+			let _detached = kio::spawn(crate::qmux::serve_websocket(relay.clone(), request, shutdown.clone()));
+		}
+	})
+	.with_qmux({
+		let relay = relay.clone();
+		move |request| {
+			let _detached = kio::spawn(crate::qmux::serve_qmux(relay.clone(), request, shutdown.clone()));
 		}
 	});
 	Ok((kio::spawn(http::serve(listener, Rc::new(routes))), bound))

@@ -596,7 +596,9 @@ fn browsers_without_webtransport_publish_and_watch_over_websocket() {
 		consecutive(scenario, &browser_groups(&viewer_origin, "web", scenario).await);
 
 		// Four browser sessions came over WebSocket: the pair, the viewer, the publisher.
-		let sessions = relay.metric("moq_relay_websocket_sessions_total").await;
+		let sessions = relay
+			.metric("moq_relay_qmux_sessions_total{transport=\"websocket\"}")
+			.await;
 		assert_eq!(sessions, 4, "sessions the relay served over WebSocket");
 
 		node.stdin.take().unwrap().write_all(b"stop\n").unwrap();

@@ -102,7 +102,12 @@ fn websocket_and_quic_clients_watch_each_other() {
 		let got = within(LIMIT, "quic → ws", take(&mut cursor, 20)).await;
 		assert_eq!(got, (0..20).map(|s| (s, s)).collect::<Vec<_>>());
 
-		assert_eq!(relay.metric("moq_relay_websocket_sessions_total").await, 2);
+		assert_eq!(
+			relay
+				.metric("moq_relay_qmux_sessions_total{transport=\"websocket\"}")
+				.await,
+			2
+		);
 	});
 }
 

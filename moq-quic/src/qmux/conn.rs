@@ -17,8 +17,10 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::Bytes;
@@ -29,7 +31,9 @@ use kio::time::Deadline;
 
 use super::Version;
 use super::core::{Config, Core, Dir, End, Side, StreamError, Violation};
+use super::record::{self, RecordDecoder, RecordTooLarge};
 use super::ws::{self, Decoder, Event, opcode};
+use crate::byte_stream::{ByteStream, TLS_COST, TlsStream};
 
 /// The kernel's send buffer for a QMux socket (it doubles it): about two records ahead of the
 /// peer, so a slow reader's backlog stays in the core, droppable and in priority order.
@@ -41,8 +45,9 @@ const READ_CHUNK: usize = 16 << 10;
 struct Shared {
 	core: RefCell<Core>,
 	remote: SocketAddr,
-	/// The application protocol the sub-protocol named (`moq-lite-05`), if it named one.
-	protocol: Option<String>,
+	/// The application protocol the sub-protocol or ALPN named (`moq-lite-05`), or the
+	/// parameters agreed on (plaintext TCP), once known.
+	protocol: RefCell<Option<String>>,
 	/// Where its memory is charged, and the charge for its cost and receive window.
 	memory: Option<(Budget, RefCell<Charge>)>,
 }
@@ -62,7 +67,7 @@ impl std::fmt::Debug for QmuxConnection {
 	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
 		f.debug_struct("QmuxConnection")
 			.field("remote", &self.0.remote)
-			.field("protocol", &self.0.protocol)
+			.field("protocol", &self.0.protocol.borrow())
 			.finish()
 	}
 }
@@ -78,8 +83,21 @@ impl QmuxConnection {
 	}
 
 	/// The application protocol negotiated with the version, if one was.
-	pub fn protocol(&self) -> Option<&str> {
-		self.0.protocol.as_deref()
+	pub fn protocol(&self) -> Option<String> {
+		self.0.protocol.borrow().clone()
+	}
+
+	/// Waits for the peer's transport parameters where they name the application protocols
+	/// (plaintext TCP): the first of ours the peer also named, then [`protocol`](Self::protocol)
+	/// too; `None` if the connection ended first or none is in common. Elsewhere, the protocol
+	/// named at the start.
+	pub async fn negotiated(&self) -> Option<String> {
+		if let Some(protocol) = self.protocol() {
+			return Some(protocol);
+		}
+		let chosen = kio::wait(|w| self.core().poll_application_protocol(w)).await;
+		self.0.protocol.borrow_mut().clone_from(&chosen);
+		chosen
 	}
 
 	/// The QMux version spoken.
@@ -265,27 +283,38 @@ impl Masks {
 	}
 }
 
-/// The driver of one connection over a WebSocket.
+/// How record bodies are carried on the byte stream.
+enum Framing {
+	/// One binary WebSocket message a body (RFC 6455), with the WebSocket's own pings and close.
+	WebSocket {
+		decoder: Decoder,
+		/// Client frames are masked; a server's are not.
+		masks: Option<Masks>,
+		/// Pings to answer (the latest few).
+		pongs: VecDeque<Bytes>,
+		/// The status our Close carries.
+		close_status: u16,
+	},
+	/// Records end to end (over TCP or TLS): a size, then the body.
+	Records(RecordDecoder),
+}
+
+/// The driver of one connection.
 struct Driver {
 	conn: QmuxConnection,
-	stream: TcpStream,
-	decoder: Decoder,
-	/// Client frames are masked; a server's are not.
-	masks: Option<Masks>,
+	stream: ByteStream,
+	framing: Framing,
 	read: Box<[u8]>,
-	/// The frame being written, and how much of it the socket took.
+	/// The bytes being written, and how much of them the socket took.
 	out: Vec<u8>,
 	out_at: usize,
-	/// Pings to answer (the latest few).
-	pongs: VecDeque<Bytes>,
 	/// The socket gave no more (its end, or an error).
 	read_done: bool,
 	/// Writing failed: nothing more goes out.
 	write_failed: bool,
-	/// The WebSocket Close went out; then the socket is shut and the driver returns.
+	/// The last bytes went out (a WebSocket Close; for records, the core's close frame); then
+	/// the socket is shut and the driver returns.
 	close_sent: bool,
-	/// The status our Close carries.
-	close_status: u16,
 	deadline: Deadline,
 	/// The send queues, counted in the connection's memory once a turn.
 	memory: Option<Charge>,
@@ -341,17 +370,21 @@ impl Driver {
 		}
 	}
 
-	/// Reads what the socket has and hands each whole message to the core; whether anything came.
+	/// Reads what the socket has and hands each whole body to the core; whether anything came.
 	fn poll_input(&mut self, waiter: &Waiter, now: std::time::Instant) -> bool {
 		if self.read_done {
 			return false;
 		}
 		// What came with the handshake, or is left from the last read, first.
-		self.take_events(now);
+		self.take_bodies(now);
 		if self.read_done {
 			return true;
 		}
-		let room = self.decoder.room().min(self.read.len());
+		let room = match &self.framing {
+			Framing::WebSocket { decoder, .. } => decoder.room(),
+			Framing::Records(decoder) => decoder.room(),
+		};
+		let room = room.min(self.read.len());
 		let n = match self.stream.poll_read(waiter, &mut self.read[..room]) {
 			Poll::Pending => return false,
 			Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -361,47 +394,73 @@ impl Driver {
 			}
 			Poll::Ready(Ok(n)) => n,
 		};
-		self.decoder.push(&self.read[..n]);
-		self.take_events(now);
+		match &mut self.framing {
+			Framing::WebSocket { decoder, .. } => decoder.push(&self.read[..n]),
+			Framing::Records(decoder) => decoder.push(&self.read[..n]),
+		}
+		self.take_bodies(now);
 		true
 	}
 
-	/// Hands the decoder's whole messages to the core, and keeps the pings to answer.
-	fn take_events(&mut self, now: std::time::Instant) {
-		loop {
-			match self.decoder.next_event() {
-				Ok(Some(Event::Message(body))) => {
-					// A violation queues the core's close frame; the driver sends it and ends.
-					let _ = self.conn.core().receive(body, now);
-				}
-				Ok(Some(Event::Ping(payload))) => {
-					if self.pongs.len() >= 4 {
-						self.pongs.pop_front();
+	/// Hands the whole bodies read to the core (a violation queues the core's close frame; the
+	/// driver sends it and ends), and keeps a WebSocket's pings to answer.
+	fn take_bodies(&mut self, now: std::time::Instant) {
+		match &mut self.framing {
+			Framing::Records(decoder) => loop {
+				match decoder.next_record() {
+					Ok(Some(body)) => {
+						let _ = self.conn.core().receive(body, now);
 					}
-					self.pongs.push_back(payload);
+					Ok(None) => break,
+					Err(RecordTooLarge(size)) => {
+						self.read_done = true;
+						self.conn.core().fail(Violation {
+							code: super::code::FRAME_ENCODING_ERROR,
+							reason: format!("a record of {size} bytes, past our max_record_size"),
+						});
+						break;
+					}
 				}
-				Ok(Some(Event::Pong)) => {}
-				Ok(Some(Event::Close(_))) => {
-					self.read_done = true;
-					self.conn.core().lost("websocket closed");
-					break;
+			},
+			Framing::WebSocket {
+				decoder,
+				pongs,
+				close_status,
+				..
+			} => loop {
+				match decoder.next_event() {
+					Ok(Some(Event::Message(body))) => {
+						let _ = self.conn.core().receive(body, now);
+					}
+					Ok(Some(Event::Ping(payload))) => {
+						if pongs.len() >= 4 {
+							pongs.pop_front();
+						}
+						pongs.push_back(payload);
+					}
+					Ok(Some(Event::Pong)) => {}
+					Ok(Some(Event::Close(_))) => {
+						self.read_done = true;
+						self.conn.core().lost("websocket closed");
+						break;
+					}
+					Ok(None) => break,
+					Err(error) => {
+						self.read_done = true;
+						*close_status = error.status();
+						self.conn.core().fail(Violation {
+							code: u64::from(error.status()),
+							reason: error.to_string(),
+						});
+						break;
+					}
 				}
-				Ok(None) => break,
-				Err(error) => {
-					self.read_done = true;
-					self.close_status = error.status();
-					self.conn.core().fail(Violation {
-						code: u64::from(error.status()),
-						reason: error.to_string(),
-					});
-					break;
-				}
-			}
+			},
 		}
 	}
 
-	/// Writes what the socket takes: the frame in progress, pongs, the core's record bodies, and
-	/// at the end the Close. Whether anything went.
+	/// Writes what the socket takes: the bytes in progress, pongs, the core's record bodies, and
+	/// at the end a WebSocket's Close. Whether anything went.
 	fn poll_output(&mut self, waiter: &Waiter, now: std::time::Instant) -> bool {
 		let mut progress = false;
 		while !self.write_failed {
@@ -433,9 +492,10 @@ impl Driver {
 			}
 			self.out.clear();
 			self.out_at = 0;
-			let mask = self.masks.as_mut().map(Masks::next);
-			if let Some(payload) = self.pongs.pop_front() {
-				ws::encode(opcode::PONG, &payload, mask, &mut self.out);
+			if let Framing::WebSocket { masks, pongs, .. } = &mut self.framing
+				&& let Some(payload) = pongs.pop_front()
+			{
+				ws::encode(opcode::PONG, &payload, masks.as_mut().map(Masks::next), &mut self.out);
 				continue;
 			}
 			if self.close_sent {
@@ -444,14 +504,24 @@ impl Driver {
 			let mut core = self.conn.core();
 			if let Some(body) = core.poll_transmit(now) {
 				drop(core);
-				ws::encode(opcode::BINARY, &body, mask, &mut self.out);
+				match &mut self.framing {
+					Framing::WebSocket { masks, .. } => {
+						ws::encode(opcode::BINARY, &body, masks.as_mut().map(Masks::next), &mut self.out);
+					}
+					Framing::Records(_) => record::encode(&body, &mut self.out),
+				}
 				continue;
 			}
 			if core.is_finished() {
 				drop(core);
-				let payload = ws::close_payload(self.close_status, "");
-				ws::encode(opcode::CLOSE, &payload, mask, &mut self.out);
 				self.close_sent = true;
+				if let Framing::WebSocket {
+					masks, close_status, ..
+				} = &mut self.framing
+				{
+					let payload = ws::close_payload(*close_status, "");
+					ws::encode(opcode::CLOSE, &payload, masks.as_mut().map(Masks::next), &mut self.out);
+				}
 				continue;
 			}
 			return progress;
@@ -460,18 +530,25 @@ impl Driver {
 	}
 }
 
-/// A QMux connection over a WebSocket whose opening handshake is done: `stream` carries frames
-/// from here on, `leftover` is what was read past the handshake. `side` is ours (a server reads
-/// masked frames); `protocol` the application protocol the sub-protocol named. With `memory`, the
-/// connection's [`CONNECTION_COST`] and receive window are charged there from the start (counted
-/// whether or not it has room: check before answering the upgrade) and its send queues once a
-/// driver turn.
+/// How a connection's byte stream is framed, and what it already read.
+pub enum Carrier<'a> {
+	/// A WebSocket whose opening handshake is done; what was read past the handshake.
+	WebSocket(&'a [u8]),
+	/// Records over TCP or TLS; what was read before the connection began.
+	Records(&'a [u8]),
+}
+
+/// A QMux connection on `stream`, carried as `carrier` says: `side` is ours (a WebSocket server
+/// reads masked frames); `protocol` the application protocol the sub-protocol or ALPN named.
+/// With `memory`, the connection's [`CONNECTION_COST`] (and [`TLS_COST`] under TLS) and receive
+/// window are charged there from the start (counted whether or not it has room: check before
+/// accepting it) and its send queues once a driver turn.
 ///
 /// Returns the connection and its driver, which the caller spawns on this worker.
 #[allow(clippy::too_many_arguments)]
-pub fn serve_websocket(
-	stream: TcpStream,
-	leftover: &[u8],
+pub fn serve(
+	stream: ByteStream,
+	carrier: Carrier<'_>,
 	side: Side,
 	version: Version,
 	protocol: Option<String>,
@@ -481,38 +558,53 @@ pub fn serve_websocket(
 ) -> (QmuxConnection, impl Future<Output = ()> + use<>) {
 	let _ = stream.set_nodelay(true);
 	let _ = stream.set_send_buffer(SOCKET_SEND_BUFFER);
-	// Its cost and window, counted (the caller checked for room before it answered the upgrade).
+	let tls = if stream.is_tls() { TLS_COST } else { 0 };
+	// Its cost and window, counted (the caller checked for room before it accepted it).
 	let memory = memory.map(|budget| {
 		let mut charge = budget.empty();
-		charge.force(CONNECTION_COST + config.params.max_data);
+		charge.force(CONNECTION_COST + tls + config.params.max_data);
 		(budget, RefCell::new(charge))
 	});
 	let queue_memory = memory.as_ref().map(|(budget, _)| budget.empty());
+	let (framing, leftover) = match carrier {
+		Carrier::WebSocket(leftover) => (
+			Framing::WebSocket {
+				decoder: Decoder::new(side == Side::Server),
+				masks: (side == Side::Client).then(Masks::new),
+				pongs: VecDeque::new(),
+				close_status: ws::status::NORMAL,
+			},
+			leftover,
+		),
+		Carrier::Records(leftover) => (
+			Framing::Records(RecordDecoder::new(config.params.max_record_size as usize)),
+			leftover,
+		),
+	};
 	let core = Core::new(side, version, config, kio::time::now());
 	let conn = QmuxConnection(Rc::new(Shared {
 		core: RefCell::new(core),
 		remote,
-		protocol,
+		protocol: RefCell::new(protocol),
 		memory,
 	}));
-	let mut decoder = Decoder::new(side == Side::Server);
-	decoder.push(leftover);
 	let mut driver = Driver {
 		conn: conn.clone(),
 		stream,
-		decoder,
-		masks: (side == Side::Client).then(Masks::new),
+		framing,
 		read: vec![0; READ_CHUNK].into_boxed_slice(),
 		out: Vec::new(),
 		out_at: 0,
-		pongs: VecDeque::new(),
 		read_done: false,
 		write_failed: false,
 		close_sent: false,
-		close_status: ws::status::NORMAL,
 		deadline: Deadline::new(None),
 		memory: queue_memory,
 	};
+	match &mut driver.framing {
+		Framing::WebSocket { decoder, .. } => decoder.push(leftover),
+		Framing::Records(decoder) => decoder.push(leftover),
+	}
 	let run = async move {
 		kio::wait(|waiter| driver.poll(waiter)).await;
 	};
@@ -523,7 +615,7 @@ pub fn serve_websocket(
 #[derive(Debug)]
 pub enum ConnectError {
 	/// The socket failed.
-	Io(std::io::Error),
+	Io(io::Error),
 	/// The server answered with something other than a switch to one of the offered
 	/// sub-protocols (its status line, as far as it was read).
 	Refused(String),
@@ -547,7 +639,7 @@ const MAX_ANSWER: usize = 8 << 10;
 /// `protocols` (`qmux-01.moq-lite-05`, ...), and takes the server's choice. Returns the
 /// connection and its driver, which the caller spawns on this worker.
 pub async fn connect_websocket(
-	mut stream: TcpStream,
+	mut stream: ByteStream,
 	host: &str,
 	target: &str,
 	protocols: &[&str],
@@ -594,12 +686,62 @@ pub async fn connect_websocket(
 	};
 	let (version, app) = super::parse_protocol(&chosen).ok_or_else(|| ConnectError::Refused(chosen.clone()))?;
 	let app = app.map(str::to_owned);
-	Ok(serve_websocket(
+	Ok(serve(
 		stream,
-		&answer[head..],
+		Carrier::WebSocket(&answer[head..]),
 		Side::Client,
 		version,
 		app,
+		config,
+		remote,
+		None,
+	))
+}
+
+/// Opens QMux over TLS on `stream`, a client: offers `protocols` (`qmux-01.moq-lite-05`, ...)
+/// by ALPN to `name`, and takes the server's choice. Returns the connection and its driver.
+pub async fn connect_tls(
+	stream: TcpStream,
+	name: rustls::pki_types::ServerName<'static>,
+	tls: Arc<rustls::ClientConfig>,
+	config: Config,
+) -> Result<(QmuxConnection, impl Future<Output = ()> + use<>), ConnectError> {
+	let remote = stream.peer_addr().map_err(ConnectError::Io)?;
+	let stream = TlsStream::connect(stream, name, tls).await.map_err(ConnectError::Io)?;
+	let chosen = stream.alpn().map(|alpn| String::from_utf8_lossy(alpn).into_owned());
+	let Some((version, Some(app))) = chosen.as_deref().and_then(super::parse_protocol) else {
+		return Err(ConnectError::Refused(format!("ALPN {chosen:?}")));
+	};
+	if version == Version::Qmux00 {
+		return Err(ConnectError::Refused("qmux-00 has no records".into()));
+	}
+	let app = Some(app.to_owned());
+	Ok(serve(
+		ByteStream::Tls(Box::new(stream)),
+		Carrier::Records(&[]),
+		Side::Client,
+		version,
+		app,
+		config,
+		remote,
+		None,
+	))
+}
+
+/// Opens plaintext QMux (qmux-01, as the public implementations' `tcp://`) on `stream`, a
+/// client offering `config.params.application_protocols`; the connection's
+/// [`protocol`](QmuxConnection::protocol) is known once [`QmuxConnection::negotiated`] returns.
+pub fn connect_tcp(
+	stream: TcpStream,
+	config: Config,
+) -> io::Result<(QmuxConnection, impl Future<Output = ()> + use<>)> {
+	let remote = stream.peer_addr()?;
+	Ok(serve(
+		stream.into(),
+		Carrier::Records(&[]),
+		Side::Client,
+		Version::Qmux01,
+		None,
 		config,
 		remote,
 		None,

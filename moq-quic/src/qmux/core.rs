@@ -179,6 +179,7 @@ impl Default for Config {
 				max_streams_uni: 100,
 				max_datagram_frame_size: MIN_RECORD_SIZE,
 				max_record_size: MIN_RECORD_SIZE,
+				application_protocols: Vec::new(),
 			},
 			send_buffer: 4 << 20,
 		}
@@ -325,6 +326,7 @@ pub struct Core {
 	queue_waiters: WaiterList,
 	datagram_waiters: WaiterList,
 	closed_waiters: WaiterList,
+	params_waiters: WaiterList,
 }
 
 impl Core {
@@ -376,6 +378,7 @@ impl Core {
 			queue_waiters: WaiterList::new(),
 			datagram_waiters: WaiterList::new(),
 			closed_waiters: WaiterList::new(),
+			params_waiters: WaiterList::new(),
 			config,
 		}
 	}
@@ -569,11 +572,17 @@ impl Core {
 				"a second set of transport parameters",
 			));
 		}
-		let params =
-			Params::decode(blob).map_err(|error| violation(code::TRANSPORT_PARAMETER_ERROR, error.to_string()))?;
+		// Application protocols are named in the parameters only where we name ours there.
+		let decode = if self.config.params.application_protocols.is_empty() {
+			Params::decode
+		} else {
+			Params::decode_with_protocols
+		};
+		let params = decode(blob).map_err(|error| violation(code::TRANSPORT_PARAMETER_ERROR, error.to_string()))?;
 		self.send_max = params.max_data;
 		self.may_open = [params.max_streams_bidi, params.max_streams_uni];
 		self.peer = Some(params);
+		self.params_waiters.wake();
 		self.open_waiters[0].wake();
 		self.open_waiters[1].wake();
 		self.driver.wake();
@@ -1150,6 +1159,21 @@ impl Core {
 		self.finish_all(End::Local(code));
 	}
 
+	/// Ready once the peer's parameters came, with the application protocol they agree on: the
+	/// first of ours (in `Config::params`) the peer also named, as the public implementations
+	/// choose on plaintext TCP. `None` if the connection ended first, or nothing is in common.
+	pub fn poll_application_protocol(&mut self, waiter: &Waiter) -> Poll<Option<String>> {
+		if let Some(peer) = &self.peer {
+			let ours = &self.config.params.application_protocols;
+			return Poll::Ready(ours.iter().find(|p| peer.application_protocols.contains(p)).cloned());
+		}
+		if self.end.is_some() {
+			return Poll::Ready(None);
+		}
+		self.params_waiters.register(waiter);
+		Poll::Pending
+	}
+
 	/// Ready once the connection has ended.
 	pub fn poll_closed(&mut self, waiter: &Waiter) -> Poll<End> {
 		if let Some(end) = &self.end {
@@ -1180,6 +1204,7 @@ impl Core {
 				&mut self.queue_waiters,
 				&mut self.datagram_waiters,
 				&mut self.closed_waiters,
+				&mut self.params_waiters,
 				&mut self.driver,
 			]) {
 			list.wake();

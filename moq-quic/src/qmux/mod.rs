@@ -1,9 +1,14 @@
 //! QMux: QUIC's streams, flow control and datagrams over an ordered byte stream, for clients
 //! that cannot reach the relay over UDP (draft-ietf-quic-qmux; its WebSocket binding,
 //! draft-lcurley-qmux-websocket). One sans-io state machine per connection ([`Core`]), and a
-//! driver that carries its record bodies over a WebSocket ([`ws`]): one binary message a record
-//! body, the sub-protocol naming the QMux version and the application protocol
-//! (`qmux-01.moq-lite-05`).
+//! driver that carries its record bodies over a byte stream ([`crate::byte_stream`]: TCP, or TLS
+//! on TCP) in one of three ways:
+//!
+//! - a WebSocket ([`ws`], `ws://` and `wss://`): one binary message a record body, the
+//!   sub-protocol naming the QMux version and the application protocol (`qmux-01.moq-lite-05`);
+//! - TLS: records end to end ([`record`]), the ALPN naming both as the sub-protocol would;
+//! - plaintext TCP (the public implementations' `tcp://`): records, qmux-01, the application
+//!   protocol agreed in the transport parameters (their own `application_protocols`).
 //!
 //! - `frame.rs`: the frames (QUIC v1's layouts, and QX_TRANSPORT_PARAMETERS and QX_PING).
 //! - `params.rs`: transport parameters.
@@ -11,6 +16,7 @@
 //!   timeout and keep-alive, close.
 //! - `ws.rs`: RFC 6455: the server's handshake and the framing (masking, fragmentation, ping,
 //!   close), bounded.
+//! - `record.rs`: records on a byte stream.
 //! - `conn.rs`: [`QmuxConnection`], the handle the application holds, and the driver task over
 //!   a kio TCP stream.
 //!
@@ -20,11 +26,12 @@ mod conn;
 mod core;
 pub mod frame;
 pub mod params;
+pub mod record;
 pub mod ws;
 
 pub use conn::{
-	CONNECTION_COST, ConnectError, QmuxConnection, QmuxRecv, QmuxSend, SOCKET_SEND_BUFFER, connect_websocket,
-	serve_websocket,
+	CONNECTION_COST, Carrier, ConnectError, QmuxConnection, QmuxRecv, QmuxSend, SOCKET_SEND_BUFFER, connect_tcp,
+	connect_tls, connect_websocket, serve,
 };
 pub use core::{
 	Config, Core, DATAGRAM_QUEUE, Dir, End, PARAMS_TIMEOUT, STREAM_QUEUE, Side, StreamError, Violation, code,

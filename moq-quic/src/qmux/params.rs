@@ -29,8 +29,9 @@ pub mod id {
 	pub const RESET_STREAM_AT: u64 = 0x1d;
 	/// max_record_size (qmux-01 on): the largest record body the sender accepts.
 	pub const MAX_RECORD_SIZE: u64 = 0x0571_c594_29cd_0845;
-	/// The public implementations' own parameter naming the application protocols, used only
-	/// on their plaintext TCP transport; never valid here.
+	/// The public implementations' own parameter naming the application protocols (each a
+	/// varint length and its bytes), used only on plaintext TCP, where no TLS ALPN or WebSocket
+	/// sub-protocol names them; refused anywhere else.
 	pub const APPLICATION_PROTOCOLS: u64 = 0x3d4f_9c2a_8b1e_6075;
 }
 
@@ -62,6 +63,8 @@ pub struct Params {
 	pub max_datagram_frame_size: u64,
 	/// max_record_size.
 	pub max_record_size: u64,
+	/// The application protocols offered in order (plaintext TCP only; empty: none).
+	pub application_protocols: Vec<String>,
 }
 
 impl Default for Params {
@@ -77,6 +80,7 @@ impl Default for Params {
 			max_streams_uni: 0,
 			max_datagram_frame_size: 0,
 			max_record_size: MIN_RECORD_SIZE,
+			application_protocols: Vec::new(),
 		}
 	}
 }
@@ -90,7 +94,8 @@ pub enum ParamError {
 	Prohibited(u64),
 	/// A parameter given twice.
 	Duplicate(u64),
-	/// A value out of range (`max_record_size` below the minimum, a non-empty `reset_stream_at`).
+	/// A value out of range (`max_record_size` below the minimum, a non-empty `reset_stream_at`,
+	/// an empty or malformed list of application protocols).
 	Invalid(u64),
 }
 
@@ -107,7 +112,16 @@ impl std::fmt::Display for ParamError {
 
 impl Params {
 	/// Reads a peer's parameters. Unknown ids are ignored (greasing included).
-	pub fn decode(mut blob: &[u8]) -> Result<Self, ParamError> {
+	pub fn decode(blob: &[u8]) -> Result<Self, ParamError> {
+		Self::decode_on(blob, false)
+	}
+
+	/// Reads a peer's parameters on plaintext TCP, where they may name application protocols.
+	pub fn decode_with_protocols(blob: &[u8]) -> Result<Self, ParamError> {
+		Self::decode_on(blob, true)
+	}
+
+	fn decode_on(mut blob: &[u8], protocols_allowed: bool) -> Result<Self, ParamError> {
 		let mut params = Self::default();
 		// The known ids seen, by bit: a repeat is an error.
 		let mut seen = 0u16;
@@ -119,8 +133,16 @@ impl Params {
 				return Err(ParamError::Malformed);
 			};
 			blob = rest;
-			if PROHIBITED.contains(&param) || param == id::APPLICATION_PROTOCOLS {
+			if PROHIBITED.contains(&param) || (param == id::APPLICATION_PROTOCOLS && !protocols_allowed) {
 				return Err(ParamError::Prohibited(param));
+			}
+			if param == id::APPLICATION_PROTOCOLS {
+				if seen & (1 << 10) != 0 {
+					return Err(ParamError::Duplicate(param));
+				}
+				seen |= 1 << 10;
+				params.application_protocols = decode_protocols(value).ok_or(ParamError::Invalid(param))?;
+				continue;
 			}
 			let slot = match param {
 				id::MAX_IDLE_TIMEOUT => Some((0, &mut params.idle_timeout_ms)),
@@ -189,8 +211,30 @@ impl Params {
 			put(id::MAX_DATAGRAM_FRAME_SIZE, self.max_datagram_frame_size);
 		}
 		put(id::MAX_RECORD_SIZE, self.max_record_size);
+		if !self.application_protocols.is_empty() {
+			let mut list = Vec::new();
+			for name in &self.application_protocols {
+				encode_varint(name.len() as u64, &mut list).expect("a name's length");
+				list.extend_from_slice(name.as_bytes());
+			}
+			encode_varint(id::APPLICATION_PROTOCOLS, &mut out).expect("a parameter id");
+			encode_varint(list.len() as u64, &mut out).expect("a length");
+			out.extend_from_slice(&list);
+		}
 		out
 	}
+}
+
+/// A list of application protocols: one or more names, each a varint length and UTF-8 bytes.
+fn decode_protocols(mut value: &[u8]) -> Option<Vec<String>> {
+	let mut names = Vec::new();
+	while !value.is_empty() {
+		let len = usize::try_from(decode_varint(&mut value).ok()?).ok()?;
+		let (name, rest) = value.split_at_checked(len)?;
+		names.push(std::str::from_utf8(name).ok()?.to_owned());
+		value = rest;
+	}
+	(!names.is_empty()).then_some(names)
 }
 
 #[cfg(test)]
@@ -215,6 +259,38 @@ mod tests {
 			max_streams_uni: 100,
 			max_datagram_frame_size: 16_382,
 			max_record_size: 16_382,
+			application_protocols: Vec::new(),
+		}
+	}
+
+	#[test]
+	fn application_protocols_are_read_on_plaintext_tcp_only() {
+		// What the public native client sends first on `tcp://` (its defaults, then the
+		// protocols it offers), after the frame's type and length.
+		let blob = hex(&format!(
+			"{PUBLIC_DEFAULTS} fd 4f 9c 2a 8b 1e 60 75 11 0b 6d 6f 71 2d 6c 69 74 65 2d 30 35 04 6d 6f 71 6c"
+		));
+		let offered = Params {
+			application_protocols: vec!["moq-lite-05".into(), "moql".into()],
+			..public_defaults()
+		};
+		assert_eq!(Params::decode_with_protocols(&blob), Ok(offered.clone()));
+		assert_eq!(offered.encode(Version::Qmux01), blob);
+		assert_eq!(
+			Params::decode(&blob),
+			Err(ParamError::Prohibited(id::APPLICATION_PROTOCOLS))
+		);
+		// An empty list, a name cut short, and a name that is not UTF-8.
+		for bad in [
+			"fd 4f 9c 2a 8b 1e 60 75 00",
+			"fd 4f 9c 2a 8b 1e 60 75 02 05 6d",
+			"fd 4f 9c 2a 8b 1e 60 75 02 01 ff",
+		] {
+			assert_eq!(
+				Params::decode_with_protocols(&hex(bad)),
+				Err(ParamError::Invalid(id::APPLICATION_PROTOCOLS)),
+				"{bad}"
+			);
 		}
 	}
 

@@ -12,6 +12,11 @@
 //! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
 //! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
 //! | `ws://host:port/path?jwt=…` | QMux over a WebSocket on the relay's HTTP port (TCP), the path and query in the upgrade, `qmux-01.moq-lite-05` offered: where UDP cannot go |
+//! | `wss://host:port/path?jwt=…` | the same under TLS (ALPN `http/1.1`), on the same port |
+//! | `qmux://host:port/path?jwt=…` | QMux over TLS on that port (ALPN `qmux-01.moq-lite-05`), the path and query in SETUP |
+//! | `tcp://host:port/path?jwt=…` | QMux in plaintext on that port (qmux-01, `moq-lite-05` named in its transport parameters), the path and query in SETUP |
+//!
+//! Over TLS on TCP the certificate is trusted as over QUIC.
 //!
 //! ```no_run
 //! # async fn example() -> anyhow::Result<()> {
@@ -48,8 +53,10 @@ use moq_net::lite::Role;
 use moq_net::lite::session::{self, PeerSetup};
 use moq_net::model::{OriginConsumer, OriginProducer};
 use moq_net::transport::Transport;
+use moq_quic::byte_stream::{ByteStream, TlsStream};
 use moq_quic::h3::{self, ConnectRequest};
 use moq_quic::qmux::{self, QmuxConnection};
+use moq_quic::tls::rustls::pki_types::ServerName;
 use moq_quic::webtransport::{self, WebTransport};
 use moq_quic::{Connection, Endpoint, Verification};
 pub use url::{DEFAULT_PORT, Scheme, Url};
@@ -180,17 +187,20 @@ impl Client {
 
 	/// Connects to `addr` as `url` says (the URL's host is the TLS server name).
 	pub async fn connect_to(&self, url: &Url, addr: SocketAddr) -> anyhow::Result<Session> {
-		if url.scheme == Scheme::Ws {
-			return self.connect_websocket(url, addr).await;
-		}
 		let verification = match (&self.trust, url.scheme) {
-			(Trust::Verify(verification), Scheme::Moqt | Scheme::Https) => verification.clone(),
-			(Trust::FetchFingerprint, _) | (_, Scheme::Http | Scheme::Ws) => fetch_fingerprint(addr).await?,
+			(Trust::Verify(verification), Scheme::Moqt | Scheme::Https | Scheme::Wss | Scheme::Qmux) => {
+				verification.clone()
+			}
+			(_, Scheme::Ws | Scheme::Tcp) => Verification::Disabled,
+			(Trust::FetchFingerprint, _) | (_, Scheme::Http) => fetch_fingerprint(addr).await?,
 		};
+		if url.scheme.is_qmux() {
+			return self.connect_qmux(url, addr, &verification).await;
+		}
 		let endpoint = self.endpoint_for(addr)?;
 		let alpn = match url.scheme {
 			Scheme::Moqt => moq_quic::ALPN_MOQ_LITE_05,
-			Scheme::Https | Scheme::Http | Scheme::Ws => h3::ALPN,
+			_ => h3::ALPN,
 		};
 		let connection = handshake(&endpoint, addr, url, &verification, alpn).await?;
 		let (peer, protocol, inner) = match url.scheme {
@@ -199,7 +209,7 @@ impl Client {
 				let protocol = String::from_utf8_lossy(alpn).into_owned();
 				(peer, Some(protocol), Inner::Quic { connection, session })
 			}
-			Scheme::Https | Scheme::Http | Scheme::Ws => {
+			_ => {
 				let request = ConnectRequest {
 					authority: url.authority(),
 					path: url.path.clone(),
@@ -221,27 +231,60 @@ impl Client {
 		})
 	}
 
-	/// QMux over a WebSocket to the relay's HTTP port at `addr`: the upgrade (offering moq-lite-05
-	/// on qmux-01, -02 and -00), the connection's driver on this worker, then SETUP and the
-	/// session.
-	async fn connect_websocket(&self, url: &Url, addr: SocketAddr) -> anyhow::Result<Session> {
+	/// QMux to the relay's TCP port at `addr`, as `url`'s scheme says: over a WebSocket (the
+	/// upgrade offering moq-lite-05 on qmux-01, -02 and -00), over TLS, or in plaintext; the
+	/// connection's driver on this worker, then SETUP and the session.
+	async fn connect_qmux(&self, url: &Url, addr: SocketAddr, verification: &Verification) -> anyhow::Result<Session> {
 		let stream = kio::net::TcpStream::connect(addr)
 			.await
 			.with_context(|| format!("connecting to {addr}"))?;
-		let protocols = ["qmux-01.moq-lite-05", "qmux-02.moq-lite-05", "qmux-00.moq-lite-05"];
-		let (conn, driver) =
-			qmux::connect_websocket(stream, &url.authority(), &url.path, &protocols, qmux::Config::default())
-				.await
-				.context("WebSocket upgrade")?;
-		let driver = kio::spawn(driver);
-		let (session, peer) = self.start(&conn, None).await?;
+		let name =
+			|| ServerName::try_from(url.host.clone()).with_context(|| format!("{}: not a TLS server name", url.host));
+		let tls = |alpn: &[&[u8]]| moq_quic::tls::tcp_client_config(verification, alpn).context("TLS");
+		// Each driver runs on this worker from its connection's start.
+		let upgrade = async |stream: ByteStream| {
+			let protocols = ["qmux-01.moq-lite-05", "qmux-02.moq-lite-05", "qmux-00.moq-lite-05"];
+			let config = qmux::Config::default();
+			let opened = qmux::connect_websocket(stream, &url.authority(), &url.path, &protocols, config).await;
+			let (conn, driver) = opened.context("WebSocket upgrade")?;
+			anyhow::Ok((conn, kio::spawn(driver)))
+		};
+		let ((conn, driver), path) = match url.scheme {
+			Scheme::Ws => (upgrade(stream.into()).await?, None),
+			Scheme::Wss => {
+				let tls = TlsStream::connect(stream, name()?, tls(&[b"http/1.1"])?).await;
+				(upgrade(ByteStream::Tls(Box::new(tls.context("TLS")?))).await?, None)
+			}
+			Scheme::Qmux => {
+				let tls = tls(&[b"qmux-01.moq-lite-05", b"qmux-02.moq-lite-05"])?;
+				let opened = qmux::connect_tls(stream, name()?, tls, qmux::Config::default()).await;
+				let (conn, driver) = opened.context("QMux over TLS")?;
+				((conn, kio::spawn(driver)), Some(url.path.clone()))
+			}
+			_ => {
+				let mut config = qmux::Config::default();
+				config.params.application_protocols = vec!["moq-lite-05".to_owned()];
+				let (conn, driver) = qmux::connect_tcp(stream, config)?;
+				((conn, kio::spawn(driver)), Some(url.path.clone()))
+			}
+		};
+		if conn.negotiated().await.is_none() {
+			anyhow::bail!("{url}: no application protocol in common");
+		}
+		let (session, peer) = self.start(&conn, path).await?;
 		Ok(Session {
 			peer,
-			protocol: conn.protocol().map(str::to_owned),
+			protocol: conn.protocol(),
 			inner: Inner::Qmux {
 				conn,
 				session,
 				_driver: driver,
+				transport: match url.scheme {
+					Scheme::Ws => "websocket",
+					Scheme::Wss => "websocket-tls",
+					Scheme::Qmux => "qmux-tls",
+					_ => "qmux-tcp",
+				},
 			},
 			endpoint: None,
 		})
@@ -356,6 +399,8 @@ enum Inner {
 		session: session::Session<QmuxConnection>,
 		/// Ends with the connection (it closes when the session drops).
 		_driver: kio::JoinHandle<()>,
+		/// How it is carried, as the relay logs it.
+		transport: &'static str,
 	},
 }
 
@@ -389,12 +434,13 @@ impl Session {
 		self.protocol.as_deref()
 	}
 
-	/// The transport's name, as the relay logs it: `quic`, `webtransport` or `websocket`.
+	/// The transport's name, as the relay logs it: `quic`, `webtransport`, or over QMux on TCP
+	/// `websocket`, `websocket-tls`, `qmux-tls` or `qmux-tcp`.
 	pub fn transport(&self) -> &'static str {
 		match &self.inner {
 			Inner::Quic { .. } => "quic",
 			Inner::WebTransport { .. } => "webtransport",
-			Inner::Qmux { .. } => "websocket",
+			Inner::Qmux { transport, .. } => transport,
 		}
 	}
 

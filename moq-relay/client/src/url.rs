@@ -21,6 +21,14 @@ pub enum Scheme {
 	/// `ws://`: QMux over a WebSocket on the relay's HTTP port, the path and query in the
 	/// upgrade request: for where UDP cannot go.
 	Ws,
+	/// `wss://`: the same over TLS, on the same port.
+	Wss,
+	/// `qmux://`: QMux over TLS on the relay's TCP port (ALPN `qmux-01.moq-lite-05`), the path
+	/// and query in SETUP.
+	Qmux,
+	/// `tcp://`: QMux in plaintext on the relay's TCP port (the public clients' `tcp://`), the
+	/// path and query in SETUP.
+	Tcp,
 }
 
 impl Scheme {
@@ -31,7 +39,15 @@ impl Scheme {
 			Self::Https => "https",
 			Self::Http => "http",
 			Self::Ws => "ws",
+			Self::Wss => "wss",
+			Self::Qmux => "qmux",
+			Self::Tcp => "tcp",
 		}
+	}
+
+	/// Whether the session runs over QMux on TCP.
+	pub fn is_qmux(self) -> bool {
+		matches!(self, Self::Ws | Self::Wss | Self::Qmux | Self::Tcp)
 	}
 
 	/// Whether the session runs over WebTransport.
@@ -40,7 +56,8 @@ impl Scheme {
 	}
 }
 
-/// A relay URL: `moqt://host[:port]/path[?query]`, `https://…`, `http://…` or `ws://…`.
+/// A relay URL: `moqt://host[:port]/path[?query]`, `https://…`, `http://…`, `ws://…`, `wss://…`,
+/// `qmux://…` or `tcp://…`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
 	/// How to reach the relay.
@@ -54,12 +71,23 @@ pub struct Url {
 }
 
 impl Url {
-	/// Parses a `moqt://`, `https://`, `http://` or `ws://` URL.
+	/// Parses a URL of one of the [`Scheme`]s.
 	pub fn parse(text: &str) -> anyhow::Result<Self> {
-		let (scheme, rest) = [Scheme::Moqt, Scheme::Https, Scheme::Http, Scheme::Ws]
+		let schemes = [
+			Scheme::Moqt,
+			Scheme::Https,
+			Scheme::Http,
+			Scheme::Wss,
+			Scheme::Ws,
+			Scheme::Qmux,
+			Scheme::Tcp,
+		];
+		let (scheme, rest) = schemes
 			.into_iter()
 			.find_map(|scheme| Some((scheme, text.strip_prefix(scheme.as_str())?.strip_prefix("://")?)))
-			.with_context(|| format!("{text}: not a moqt://, https://, http:// or ws:// URL"))?;
+			.with_context(|| {
+				format!("{text}: not a moqt://, https://, http://, ws://, wss://, qmux:// or tcp:// URL")
+			})?;
 		let (authority, path) = match rest.find(['/', '?']) {
 			Some(at) => (&rest[..at], &rest[at..]),
 			None => (rest, "/"),

@@ -25,9 +25,9 @@ pub struct Stats {
 	pub(crate) connections: AtomicU64,
 	/// Sessions started.
 	pub(crate) sessions: AtomicU64,
-	/// WebSocket upgrades answered 101 (QMux connections), and sessions started over them.
-	pub(crate) websockets: AtomicU64,
-	pub(crate) websocket_sessions: AtomicU64,
+	/// QMux connections on the TCP port, and sessions started over them, by carrier.
+	qmux_connections: [AtomicU64; 4],
+	qmux_sessions: [AtomicU64; 4],
 	/// Sessions open on each worker (gauges).
 	worker_sessions: Vec<Budget>,
 	/// Connections refused (auth, limits).
@@ -57,13 +57,46 @@ pub struct Sources {
 	pub monitors: Vec<kio::Monitor>,
 }
 
+/// How a QMux connection reached the relay's TCP port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carried {
+	WebSocket,
+	SecureWebSocket,
+	Tls,
+	Tcp,
+}
+
+impl Carried {
+	const ALL: [Self; 4] = [Self::WebSocket, Self::SecureWebSocket, Self::Tls, Self::Tcp];
+
+	/// Its `transport` label, in logs and metrics.
+	pub(crate) fn name(self) -> &'static str {
+		match self {
+			Self::WebSocket => "websocket",
+			Self::SecureWebSocket => "websocket-tls",
+			Self::Tls => "qmux-tls",
+			Self::Tcp => "qmux-tcp",
+		}
+	}
+}
+
 impl Stats {
+	/// Counts a QMux connection accepted.
+	pub(crate) fn qmux_connection(&self, carried: Carried) {
+		self.qmux_connections[carried as usize].fetch_add(1, Ordering::Relaxed);
+	}
+
+	/// Counts a session started over QMux.
+	pub(crate) fn qmux_session(&self, carried: Carried) {
+		self.qmux_sessions[carried as usize].fetch_add(1, Ordering::Relaxed);
+	}
+
 	pub(crate) fn new(workers: usize, sources: Sources) -> Self {
 		Self {
 			connections: AtomicU64::new(0),
 			sessions: AtomicU64::new(0),
-			websockets: AtomicU64::new(0),
-			websocket_sessions: AtomicU64::new(0),
+			qmux_connections: Default::default(),
+			qmux_sessions: Default::default(),
 			worker_sessions: (0..workers).map(|_| Budget::unlimited()).collect(),
 			refused: AtomicU64::new(0),
 			windows_refused: AtomicU64::new(0),
@@ -112,16 +145,6 @@ impl Stats {
 			"moq_relay_sessions",
 			"moq-lite sessions open.",
 			self.worker_sessions.iter().map(Budget::used).sum::<u64>(),
-		)
-		.counter(
-			"moq_relay_websocket_connections_total",
-			"WebSocket upgrades accepted: QMux connections on the HTTP port.",
-			load(&self.websockets),
-		)
-		.counter(
-			"moq_relay_websocket_sessions_total",
-			"moq-lite sessions started over QMux on a WebSocket (also counted in moq_relay_sessions_total).",
-			load(&self.websocket_sessions),
 		)
 		.counter(
 			"moq_relay_refused_total",
@@ -331,6 +354,23 @@ impl Stats {
 				"Bytes of datagrams handed to one worker that it may hold (limits.forward_queue).",
 				limits.forward_queue as u64,
 			);
+		}
+		for (name, help, counts) in [
+			(
+				"moq_relay_qmux_connections_total",
+				"QMux connections on the TCP port, by transport: websocket (ws://), websocket-tls (wss://), qmux-tls (ALPN qmux-*), qmux-tcp (plaintext, tcp://).",
+				&self.qmux_connections,
+			),
+			(
+				"moq_relay_qmux_sessions_total",
+				"moq-lite sessions started over QMux on the TCP port, by transport (also counted in moq_relay_sessions_total).",
+				&self.qmux_sessions,
+			),
+		] {
+			let mut family = prom.family(name, help, Kind::Counter);
+			for carried in Carried::ALL {
+				family.sample(&[("transport", carried.name())], load(&counts[carried as usize]));
+			}
 		}
 		let mut lost = prom.family(
 			"moq_relay_groups_lost_total",
