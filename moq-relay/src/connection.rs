@@ -6,7 +6,7 @@
 //! the peer's SETUP, the grant and where it runs. Everything after that, [`serve_session`], is
 //! one generic function: a new transport is one `open_*` function and one arm in
 //! [`serve_connection`], or, for one that comes another way, a room of its own beside this one
-//! (`websocket.rs`: QMux over a WebSocket upgraded on the HTTP port).
+//! (`qmux.rs`: QMux handed over by the TCP port's HTTP server).
 //!
 //! Refusals close the connection with the protocol's code: Unauthorized (6) for a bad or missing
 //! token, Timeout (3) for a SETUP that does not come within `[limits] setup_timeout`, Unroutable

@@ -1,5 +1,6 @@
-//! `moq-clock`: an example moq-lite-05 client, over raw QUIC (`moqt://`) or WebTransport
-//! (`https://`). `publish` sends a clock on track `seconds`, in the
+//! `moq-clock`: an example moq-lite-05 client, over raw QUIC (`moqt://`), WebTransport
+//! (`https://`, `http://`) or QMux on the relay's TCP port (`ws://`, `wss://`, `qmux://` over TLS,
+//! `tcp://` in plaintext). `publish` sends a clock on track `seconds`, in the
 //! public clock example's format, so each prints the other's: a group per minute (its sequence
 //! the minute of the hour it started, then rising), whose first frame is the `YYYY-MM-DD HH:MM:`
 //! prefix and each later frame the second, `SS`. `subscribe` prints prefix + second for every
@@ -60,15 +61,15 @@ struct Args {
 enum Command {
 	/// Publish a clock: a group per minute, a frame per second.
 	Publish {
-		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
-		/// (WebTransport); more than one with --reconnect, tried in turn
+		/// moqt://host:port/path[?jwt=...] (raw QUIC), https:// (WebTransport), or ws://, wss://,
+		/// qmux://, tcp:// (QMux on TCP); more than one with --reconnect, tried in turn
 		#[arg(required = true)]
 		urls: Vec<String>,
 	},
 	/// Subscribe to a clock and print what arrives.
 	Subscribe {
-		/// moqt://host:port/path[?jwt=...] (raw QUIC) or https://host:port/path[?jwt=...]
-		/// (WebTransport); more than one with --reconnect, tried in turn
+		/// moqt://host:port/path[?jwt=...] (raw QUIC), https:// (WebTransport), or ws://, wss://,
+		/// qmux://, tcp:// (QMux on TCP); more than one with --reconnect, tried in turn
 		#[arg(required = true)]
 		urls: Vec<String>,
 	},
