@@ -1,6 +1,7 @@
 //! TCP on a real kernel, over loopback: echo (IPv4 and IPv6) with large, partially-sent
 //! writes, multishot accept of many connections, a small HTTP exchange, cancel-safe reads,
-//! refused connects and shutdown.
+//! owned-buffer reads and writes (mixed with copying ones, and dropped midway), refused connects
+//! and shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -154,6 +155,98 @@ fn a_dropped_read_loses_no_bytes() {
 		client.write_all(b"hello").await.unwrap();
 		let n = server.read(&mut buf).await.unwrap();
 		assert_eq!(&buf[..n], b"hello", "the dropped read's bytes go to the next read");
+	});
+}
+
+#[test]
+fn owned_buffers_echo_in_place_and_mix_with_copying_reads() {
+	rt().block_on(async {
+		let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+		let mut client = TcpStream::connect(listener.local_addr()).await.unwrap();
+		let (mut server, _) = listener.accept().await.unwrap();
+		let echo = kio::spawn(async move {
+			let mut buf = vec![0u8; 16 << 10];
+			loop {
+				let (read, back) = server.read_exact_owned(buf).await;
+				if read.is_err() {
+					return;
+				}
+				let (written, back) = server.write_all_owned(back).await;
+				written.unwrap();
+				buf = back;
+			}
+		});
+		// 1 MiB in 16 KiB messages: bigger than a socket takes at once, so sends are partial.
+		let mut message = vec![0u8; 16 << 10];
+		let mut back = vec![0u8; 16 << 10];
+		for round in 0..64 {
+			message.copy_from_slice(&pattern(16 << 10, round));
+			let (written, returned) = client.write_all_owned(message).await;
+			written.unwrap();
+			message = returned;
+			let (read, returned) = client.read_exact_owned(back).await;
+			read.unwrap();
+			back = returned;
+			assert!(back == message, "round {round}: echoed bytes differ");
+		}
+		// A copying read takes the head of a message (and the stream's buffer the rest of what
+		// came); the owned read after it gets those bytes first, then the kernel's.
+		client.write_all(&pattern(100, 9)).await.unwrap();
+		client.write_all(&pattern(16 << 10, 3)[100..]).await.unwrap();
+		let mut head = [0u8; 10];
+		client.read_exact(&mut head).await.unwrap();
+		let (read, rest) = client.read_exact_owned(vec![0u8; (16 << 10) - 10]).await;
+		read.unwrap();
+		assert_eq!(&head[..], &pattern(100, 9)[..10]);
+		assert_eq!(&rest[..90], &pattern(100, 9)[10..]);
+		assert_eq!(&rest[90..], &pattern(16 << 10, 3)[100..]);
+		drop(client);
+		echo.await.unwrap();
+	});
+}
+
+#[test]
+fn a_dropped_owned_read_keeps_what_it_received_for_the_next_read() {
+	rt().block_on(async {
+		let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+		let mut client = TcpStream::connect(listener.local_addr()).await.unwrap();
+		let (mut server, _) = listener.accept().await.unwrap();
+		{
+			// An exact read of 10 bytes gets 4, waits for the rest, and is dropped.
+			client.write_all(b"abcd").await.unwrap();
+			let mut read = pin!(server.read_exact_owned(vec![0u8; 10]));
+			let mut polls = 0;
+			loop {
+				let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+				assert!(polled.is_pending());
+				polls += 1;
+				if polls == 50 {
+					break;
+				}
+				kio::yield_now().await;
+			}
+		}
+		client.write_all(b"efgh").await.unwrap();
+		let mut got = Vec::new();
+		while got.len() < 8 {
+			let (read, buf) = server.read_owned(vec![0u8; 64]).await;
+			let n = read.unwrap();
+			got.extend_from_slice(&buf[..n]);
+		}
+		assert_eq!(got, b"abcdefgh", "no byte of the dropped read is lost or repeated");
+		// And a dropped owned write still sends every byte.
+		{
+			let mut write = pin!(client.write_all_owned(pattern(1 << 20, 5)));
+			let polled = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+			assert!(polled.is_pending(), "a MiB does not fit loopback's socket at once");
+		}
+		client.flush().await.unwrap();
+		let mut all = vec![0u8; 1 << 20];
+		server.read_exact(&mut all).await.unwrap();
+		assert!(
+			all == pattern(1 << 20, 5),
+			"the dropped write's bytes all arrive, in order"
+		);
 	});
 }
 

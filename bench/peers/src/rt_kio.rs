@@ -100,12 +100,18 @@ async fn tcp_echo(connections: u64, rounds: u64, size: usize) -> anyhow::Result<
 		let mut echoes = Vec::new();
 		for _ in 0..connections {
 			let (mut stream, _) = listener.accept().await?;
+			// Owned buffers, lent to the kernel (as monoio's and compio's rows do).
 			echoes.push(kio::spawn(async move {
 				let mut buf = vec![0u8; size];
-				while stream.read_exact(&mut buf).await.is_ok() {
-					stream.write_all(&buf).await?;
+				loop {
+					let (read, back) = stream.read_exact_owned(buf).await;
+					if read.is_err() {
+						return anyhow::Ok(());
+					}
+					let (written, back) = stream.write_all_owned(back).await;
+					written?;
+					buf = back;
 				}
-				anyhow::Ok(())
 			}));
 		}
 		for echo in echoes {
@@ -118,11 +124,15 @@ async fn tcp_echo(connections: u64, rounds: u64, size: usize) -> anyhow::Result<
 	for _ in 0..connections {
 		clients.push(kio::spawn(async move {
 			let mut stream = TcpStream::connect(addr).await?;
-			let message = vec![7u8; size];
+			let mut message = vec![7u8; size];
 			let mut buf = vec![0u8; size];
 			for _ in 0..rounds {
-				stream.write_all(&message).await?;
-				stream.read_exact(&mut buf).await?;
+				let (written, back) = stream.write_all_owned(message).await;
+				written?;
+				message = back;
+				let (read, back) = stream.read_exact_owned(buf).await;
+				read?;
+				buf = back;
 			}
 			anyhow::Ok(())
 		}));

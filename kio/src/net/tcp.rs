@@ -12,6 +12,18 @@
 //!   resends the rest of a partial send. A later write or [`TcpStream::flush`] reports an error.
 //!   Nothing is sent twice or silently dropped while the stream lives; call
 //!   [`TcpStream::shutdown`] (or `flush`) before dropping it to know the bytes left.
+//!
+//! # Owned buffers
+//!
+//! [`TcpStream::write_all_owned`], [`TcpStream::read_owned`] and
+//! [`TcpStream::read_exact_owned`] lend the caller's `Vec` to the kernel for the operation and
+//! hand it back: no copy into or out of the stream's buffers (at 16 KiB a message those copies
+//! were most of an echo's user-space instructions, and 100 connections' buffers crowded the
+//! cache: `bench/results/peers.md`). They keep the same cancel safety: a dropped owned operation
+//! stays in flight in the stream, which keeps the buffer (a send finishes in the background; a
+//! receive's bytes, and what the buffer held of the read so far, are the next read's). The two
+//! kinds may be mixed on one stream: an owned read first takes, by copy, what a `poll_read` had
+//! already received.
 
 use std::cell::RefCell;
 use std::io;
@@ -190,10 +202,16 @@ impl TcpStream {
 		let op = match &mut self.reading {
 			Some(op) => op,
 			None => {
-				let buf = self
+				let mut buf = self
 					.read_buf
 					.take()
 					.unwrap_or_else(|| IoBuf::new(self.fd.clone(), READ_BUF));
+				// A buffer lent to an owned read that was dropped came back in its place.
+				if buf.data.len() < READ_BUF {
+					buf.data.resize(READ_BUF, 0);
+				}
+				buf.start = 0;
+				buf.end = 0;
 				match tcp::recv(buf) {
 					Ok(op) => self.reading.insert(op),
 					Err(e) => return Poll::Ready(Err(e)),
@@ -207,14 +225,104 @@ impl TcpStream {
 		self.reading = None;
 		let mut done = done?;
 		let received = done.result();
-		done.keep.start = 0;
-		done.keep.end = *received.as_ref().unwrap_or(&0);
+		// The bytes before `end` (an owned read's, if it was dropped) are unread too.
+		done.keep.end += *received.as_ref().unwrap_or(&0);
+		let unread = done.keep.end - done.keep.start;
 		self.read_buf = Some(done.keep);
 		match received {
-			Ok(0) => Poll::Ready(Ok(0)),
+			Ok(0) if unread == 0 => Poll::Ready(Ok(0)),
 			Ok(_) => self.poll_read(waiter, dst),
 			Err(e) => Poll::Ready(Err(e)),
 		}
+	}
+
+	/// Receives into `buf` in place (the kernel writes into it: nothing is copied), filling it
+	/// from `filled`; with `exact`, until it is full. Returns the bytes in it and `buf`.
+	async fn receive_owned(&mut self, mut buf: Vec<u8>, exact: bool) -> (io::Result<usize>, Vec<u8>) {
+		let mut filled = 0;
+		while filled < buf.len() {
+			// Bytes a `poll_read` (or a dropped owned read) already took from the kernel, or a
+			// receive of its in flight: those come through the stream's buffer, copied.
+			let buffered = self.read_buf.as_ref().is_some_and(|b| b.start < b.end);
+			let n = if buffered || self.reading.is_some() {
+				self.read(&mut buf[filled..]).await
+			} else {
+				let mut lent = self.read_buf.take().unwrap_or_else(|| IoBuf::new(self.fd.clone(), 0));
+				let own = std::mem::replace(&mut lent.data, buf);
+				// What is filled already counts as received and unread, should this be dropped.
+				lent.start = 0;
+				lent.end = filled;
+				match tcp::recv(lent) {
+					Ok(op) => self.reading = Some(op),
+					Err(e) => return (Err(e), Vec::new()),
+				}
+				let done = crate::wait(|w| self.reading.as_mut().expect("set above").poll(w)).await;
+				self.reading = None;
+				let Ok(done) = done else {
+					return (Err(io::Error::other("kio: the runtime is gone")), Vec::new());
+				};
+				let received = done.result();
+				let mut keep = done.keep;
+				buf = std::mem::replace(&mut keep.data, own);
+				keep.start = 0;
+				keep.end = 0;
+				self.read_buf = Some(keep);
+				received
+			};
+			match n {
+				Ok(0) if exact => return (Err(io::ErrorKind::UnexpectedEof.into()), buf),
+				Ok(0) => break,
+				Ok(n) => filled += n,
+				Err(e) => return (Err(e), buf),
+			}
+			if !exact {
+				break;
+			}
+		}
+		(Ok(filled), buf)
+	}
+
+	/// Receives once into `buf` in place, the kernel writing into it (no copy): the bytes that
+	/// came (at the front of `buf`; 0 at end of stream) and `buf`. Cancel safe: dropped, the
+	/// receive stays in flight in the stream, and the next read returns its bytes.
+	pub async fn read_owned(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+		self.receive_owned(buf, false).await
+	}
+
+	/// Fills all of `buf` in place (`UnexpectedEof` if the stream ends first), and returns it.
+	/// Cancel safe as [`read_owned`](Self::read_owned): what was received is read next.
+	pub async fn read_exact_owned(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+		let (result, buf) = self.receive_owned(buf, true).await;
+		(result.map(drop), buf)
+	}
+
+	/// Sends all of `buf` from where it is (the kernel reads it in place: no copy into the
+	/// stream's staging), after anything written before, and returns it once the kernel has
+	/// every byte. Cancel safe: dropped, the send goes on in the background as a staged one
+	/// would (a later write or flush reports its error).
+	pub async fn write_all_owned(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+		if let Err(e) = self.flush().await {
+			return (Err(e), buf);
+		}
+		if buf.is_empty() {
+			return (Ok(()), buf);
+		}
+		let mut lent = self.spare.take().unwrap_or_else(|| IoBuf::new(self.fd.clone(), 0));
+		let own = std::mem::replace(&mut lent.data, buf);
+		lent.start = 0;
+		lent.end = lent.data.len();
+		match tcp::send(lent) {
+			Ok(op) => self.sending = Some(op),
+			Err(e) => return (Err(e), Vec::new()),
+		}
+		// Partial sends are resent by the background send; at its end the box is the spare.
+		let result = self.flush().await;
+		let Some(mut spare) = self.spare.take() else {
+			return (result, Vec::new());
+		};
+		let buf = std::mem::replace(&mut spare.data, own);
+		self.spare = Some(spare);
+		(result, buf)
 	}
 
 	/// Reads some bytes into `dst`; 0 at end of stream.

@@ -1,5 +1,5 @@
 //! The TCP operations: multishot accept, connect, receive and send into boxed buffers the
-//! operation keeps, and shutdown.
+//! operation keeps (the stream's own, or a caller's `Vec` lent for one operation), and shutdown.
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use super::addr::RawAddr;
 use super::fd::Fd;
 use super::op::{MultiOp, Op, Produces};
 
-/// A stream buffer: the kernel reads `data[start..end]` (send) or fills `data` (receive).
+/// A stream buffer: the kernel reads `data[start..end]` (send) or fills `data[end..]` (receive).
 pub(crate) struct IoBuf {
 	fd: Rc<Fd>,
 	pub(crate) data: Vec<u8>,
@@ -30,10 +30,11 @@ impl IoBuf {
 	}
 }
 
-/// Stages a receive into all of `buf.data`.
+/// Stages a receive into `buf.data[buf.end..]` (what is before it stays as it is).
 pub(crate) fn recv(buf: Box<IoBuf>) -> io::Result<Op<IoBuf>> {
-	let len = u32::try_from(buf.data.len()).unwrap_or(u32::MAX);
-	let ptr = buf.data.as_ptr().cast_mut();
+	let room = &buf.data[buf.end..];
+	let len = u32::try_from(room.len()).unwrap_or(u32::MAX);
+	let ptr = room.as_ptr().cast_mut();
 	let sqe = opcode::Recv::new(types::Fd(buf.fd.raw()), ptr, len).build();
 	// SAFETY: the kernel writes at most `len` bytes at `ptr`, inside the Vec's heap buffer, which
 	// the box keeps (unresized) until the terminal completion; the box keeps the fd open.
