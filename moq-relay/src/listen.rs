@@ -4,6 +4,7 @@
 //! A transport that comes in another way gets an accept loop here, or is handed over by one:
 //! WebSocket upgrades on the HTTP port go to [`crate::websocket`].
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -102,17 +103,46 @@ pub(crate) fn bind(
 	Ok((endpoint, Some(listener)))
 }
 
-/// Serves HTTP from `listener` on this worker: its task and where it listens.
+/// The QMux connections the TCP port handed over (tasks of their own on worker 0, beside the
+/// HTTP server's), waited for at shutdown.
+#[derive(Clone, Default)]
+pub(crate) struct Handed(Rc<RefCell<Vec<kio::JoinHandle<()>>>>);
+
+impl Handed {
+	fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+		let mut tasks = self.0.borrow_mut();
+		tasks.retain(|task| !task.is_finished());
+		tasks.push(kio::spawn(task));
+	}
+
+	/// Waits until every one has closed (each closes itself at shutdown, its close sent within
+	/// the shutdown timeout), for at most `limit`; then drops those left.
+	pub(crate) async fn drained(&self, limit: Duration) {
+		let tasks = std::mem::take(&mut *self.0.borrow_mut());
+		let all = async {
+			for task in tasks {
+				let _ = task.await;
+			}
+		};
+		if let Either::Right(()) = race(all, kio::time::sleep(limit)).await {
+			warn!("QMux connections still open at the drain deadline");
+		}
+	}
+}
+
+/// Serves HTTP from `listener` on this worker: its task, where it listens, and the QMux
+/// connections it hands over.
 pub(crate) fn http(
 	relay: &Arc<Relay>,
 	listener: TcpListener,
 	certificate: ServerCertificate,
 	shutdown: Consumer<()>,
-) -> anyhow::Result<(kio::JoinHandle<()>, SocketAddr)> {
+) -> anyhow::Result<(kio::JoinHandle<()>, SocketAddr, Handed)> {
 	let bound = listener.local_addr();
 	let limits = relay.limits;
 	let metrics = relay.clone();
 	let tls = moq_quic::tls::tcp_server_config(&certificate, &crate::qmux::TLS_ALPN)?;
+	let handed = Handed::default();
 	let routes = Routes::new(
 		move || certificate.fingerprint_hex(),
 		move || metrics.stats.render(&metrics),
@@ -125,17 +155,12 @@ pub(crate) fn http(
 	})
 	.with_tls(tls)
 	.with_websocket({
-		let relay = relay.clone();
-		let shutdown = shutdown.clone();
-		move |request| {
-			let _detached = kio::spawn(crate::qmux::serve_websocket(relay.clone(), request, shutdown.clone()));
-		}
+		let (relay, shutdown, handed) = (relay.clone(), shutdown.clone(), handed.clone());
+		move |request| handed.spawn(crate::qmux::serve_websocket(relay.clone(), request, shutdown.clone()))
 	})
 	.with_qmux({
-		let relay = relay.clone();
-		move |request| {
-			let _detached = kio::spawn(crate::qmux::serve_qmux(relay.clone(), request, shutdown.clone()));
-		}
+		let (relay, handed) = (relay.clone(), handed.clone());
+		move |request| handed.spawn(crate::qmux::serve_qmux(relay.clone(), request, shutdown.clone()))
 	});
-	Ok((kio::spawn(http::serve(listener, Rc::new(routes))), bound))
+	Ok((kio::spawn(http::serve(listener, Rc::new(routes))), bound, handed))
 }

@@ -83,7 +83,7 @@ impl Bound {
 		)];
 		if let Some(http) = self.http {
 			lines.push(format!(
-				"moq-relay: HTTP on tcp {http}: /health /certificate.sha256 /metrics"
+				"moq-relay: HTTP and HTTPS on tcp {http}: /health /certificate.sha256 /metrics; QMux over ws:// wss:// tcp://"
 			));
 			lines.push(format!("moq-relay: its page: http://{host}:{}/", http.port()));
 		}
@@ -236,21 +236,25 @@ pub fn run(
 		};
 		bound(Bound {
 			quic: quic_addr,
-			http: http.as_ref().map(|(_, addr)| *addr),
+			http: http.as_ref().map(|(_, addr, _)| *addr),
 			fingerprint,
 		});
 		let http_shown = http
 			.as_ref()
-			.map_or_else(|| "none".into(), |(_, addr)| addr.to_string());
+			.map_or_else(|| "none".into(), |(_, addr, _)| addr.to_string());
 		info!(relay = relay.id(), workers = kio::worker_count(), %quic_addr, http_addr = %http_shown, "serving");
 		let reloads = files.map(|(files, interval)| {
 			kio::spawn(certificates::keep(certificate, relay.clone(), files, interval, reload))
 		});
+		let drain = relay.shutdown_timeout;
 		serve_worker(relay, endpoint, 0, shutdown).await;
 		for worker in workers {
 			let _ = worker.await;
 		}
-		if let Some((task, _)) = http {
+		if let Some((task, _, handed)) = http {
+			// QMux connections on the TCP port close like QUIC ones, their close sent within the
+			// shutdown timeout (the HTTP server answers /health meanwhile).
+			handed.drained(drain).await;
 			task.abort();
 		}
 		if let Some(task) = reloads {

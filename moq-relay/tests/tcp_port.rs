@@ -112,6 +112,42 @@ fn every_tcp_carrier_publishes_to_and_watches_from_quic() {
 }
 
 #[test]
+fn at_shutdown_every_tcp_carrier_s_session_is_closed_with_the_shutdown_code() {
+	let relay = Relay::start(1);
+	let http = relay.bound.http.unwrap();
+	let rt = runtime();
+	let verification = relay.verification();
+	let viewers = rt.block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut viewers = Vec::new();
+		for (index, (scheme, _)) in CARRIERS.into_iter().enumerate() {
+			let origin = Origin::new(index as u64 + 1);
+			let url = url(&relay, scheme, "/");
+			let viewing = connect_client(
+				&endpoint,
+				http,
+				&url,
+				&verification,
+				index as u64 + 1,
+				None,
+				Some(origin.producer()),
+			);
+			viewers.push((scheme, within(LIMIT, "a viewer", viewing).await.unwrap(), origin));
+		}
+		viewers
+	});
+	// The relay's closes are sent while this runtime (the viewers' drivers) is not running: they
+	// wait in the viewers' sockets, as nothing is asked of the viewers to send them.
+	relay.stop().unwrap();
+	rt.block_on(async {
+		for (scheme, viewer, _origin) in &viewers {
+			let code = within(LIMIT, "the close", viewer.closed()).await;
+			assert_eq!(code, moq_net::lite::ErrorCode::Closed.code(), "{scheme}");
+		}
+	});
+}
+
+#[test]
 fn https_on_the_same_port_serves_the_relay_s_endpoints() {
 	let relay = Relay::start(1);
 	runtime().block_on(async {
