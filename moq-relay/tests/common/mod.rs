@@ -401,7 +401,7 @@ impl Running {
 				line.strip_prefix("moq-relay: QUIC (moq-lite-05, -04, -03; WebTransport over h3) on udp ")
 			{
 				quic = Some(addr.parse::<SocketAddr>().expect("the QUIC address"));
-			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP on tcp ") {
+			} else if let Some(rest) = line.strip_prefix("moq-relay: HTTP and HTTPS on tcp ") {
 				let addr = rest.split_once(": ").map_or(rest, |(addr, _)| addr);
 				http = Some(addr.parse::<SocketAddr>().expect("the HTTP address"));
 			} else if let Some(hex) = line.strip_prefix("moq-relay: certificate sha256 ") {
