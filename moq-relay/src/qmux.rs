@@ -38,7 +38,7 @@ use moq_quic::qmux::{self, Carrier, QmuxConnection, Side, ws};
 use tracing::{debug, warn};
 
 use crate::auth::Grant;
-use crate::connection::{Ends, Link, Opened, authorize, serve_session, setup_by};
+use crate::connection::{Ends, Link, Opened, SHUTDOWN_CODE, authorize, serve_session, setup_by};
 use crate::http::{Qmux, WebSocket};
 use crate::metrics::Carried;
 use crate::relay::{Relay, Slot};
@@ -248,25 +248,32 @@ async fn run(
 		deadline,
 		peer,
 	} = started;
-	let protocol = match race(conn.negotiated(), kio::time::sleep_until(deadline)).await {
-		Either::Left(protocol) => protocol,
-		Either::Right(()) => None,
+	// Until the session starts, the relay's shutdown ends the connection at once (a QUIC one's
+	// endpoint closes it; nothing else would close this one before the setup deadline).
+	let setup = async {
+		let protocol = match race(conn.negotiated(), kio::time::sleep_until(deadline)).await {
+			Either::Left(protocol) => protocol,
+			Either::Right(()) => None,
+		};
+		let config = session_config(relay, &conn, protocol.as_deref());
+		let setup = match protocol {
+			Some(_) => setup_by(&conn, &config, deadline, peer).await,
+			None => {
+				debug!(%peer, transport = carried.name(), "qmux: no application protocol agreed in time");
+				conn.close(ErrorCode::Version.code(), "no application protocol in common");
+				None
+			}
+		};
+		setup.map(|setup| (config, setup))
 	};
-	let session_config = session::Config {
-		origin: relay.id(),
-		counters: Some(relay.counters.clone()),
-		version: protocol
-			.as_deref()
-			.and_then(|p| Version::from_alpn(p.as_bytes()))
-			.unwrap_or_default(),
-		linger: relay.cluster.config.linger,
-		memory: conn.memory(),
-		..session::Config::default()
+	let opened = match race(setup, shutdown.closed()).await {
+		Either::Left(opened) => opened,
+		Either::Right(()) => {
+			conn.close(SHUTDOWN_CODE, "relay shutting down");
+			None
+		}
 	};
-	if protocol.is_none() {
-		debug!(%peer, transport = carried.name(), "qmux: no application protocol agreed in time");
-		conn.close(ErrorCode::Version.code(), "no application protocol in common");
-	} else if let Some(setup) = setup_by(&conn, &session_config, deadline, peer).await {
+	if let Some((session_config, setup)) = opened {
 		let grant = grant.or_else(|| {
 			let grant = authorize(relay, setup.path.as_deref().unwrap_or_default(), peer);
 			if grant.is_none() {
@@ -303,6 +310,20 @@ async fn run(
 		let _ = driver.await;
 	}
 	drop(slot);
+}
+
+/// The session's configuration, for the moq-lite version `protocol` names.
+fn session_config(relay: &Relay, conn: &QmuxConnection, protocol: Option<&str>) -> session::Config {
+	session::Config {
+		origin: relay.id(),
+		counters: Some(relay.counters.clone()),
+		version: protocol
+			.and_then(|p| Version::from_alpn(p.as_bytes()))
+			.unwrap_or_default(),
+		linger: relay.cluster.config.linger,
+		memory: conn.memory(),
+		..session::Config::default()
+	}
 }
 
 /// Writes all of `bytes` by `deadline`; `None` if the socket failed or the peer did not take them.

@@ -134,6 +134,12 @@ fn at_shutdown_every_tcp_carrier_s_session_is_closed_with_the_shutdown_code() {
 			);
 			viewers.push((scheme, within(LIMIT, "a viewer", viewing).await.unwrap(), origin));
 		}
+		// Every session is up on the relay's side too (its SETUP read), so the closes below are
+		// the running sessions' (one still in setup is closed as well, by the next test).
+		for (_, transport) in CARRIERS {
+			let sessions = format!("moq_relay_qmux_sessions_total{{transport=\"{transport}\"}}");
+			relay.metric_until(LIMIT, &sessions, |n| n == 1).await;
+		}
 		viewers
 	});
 	// The relay's closes are sent while this runtime (the viewers' drivers) is not running: they
@@ -144,6 +150,34 @@ fn at_shutdown_every_tcp_carrier_s_session_is_closed_with_the_shutdown_code() {
 			let code = within(LIMIT, "the close", viewer.closed()).await;
 			assert_eq!(code, moq_net::lite::ErrorCode::Closed.code(), "{scheme}");
 		}
+	});
+}
+
+#[test]
+fn at_shutdown_a_connection_still_in_setup_is_closed_with_the_shutdown_code() {
+	let relay = Relay::start(1);
+	let http = relay.bound.http.unwrap();
+	let rt = runtime();
+	// Plaintext QMux, its transport parameters sent, and no SETUP: the relay waits for it.
+	let conn = rt.block_on(async {
+		let tcp = TcpStream::connect(http).await.unwrap();
+		let mut config = moq_quic::qmux::Config::default();
+		config.params.application_protocols = vec!["moq-lite-05".to_owned()];
+		let (conn, driver) = moq_quic::qmux::connect_tcp(tcp, config).unwrap();
+		let driver = kio::spawn(driver);
+		assert_eq!(
+			within(LIMIT, "the parameters", conn.negotiated()).await.as_deref(),
+			Some("moq-lite-05")
+		);
+		(conn, driver)
+	});
+	relay.stop().unwrap();
+	rt.block_on(async {
+		let end = within(LIMIT, "the close", kio::wait(|w| conn.0.poll_closed(w))).await;
+		assert_eq!(
+			end,
+			moq_quic::qmux::End::Application(moq_net::lite::ErrorCode::Closed.code())
+		);
 	});
 }
 
