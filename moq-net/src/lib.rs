@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod coding;
+pub mod ietf;
 pub mod lite;
 pub mod model;
 #[cfg(feature = "test-support")]

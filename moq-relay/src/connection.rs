@@ -19,6 +19,7 @@ use std::time::{Instant, SystemTime};
 
 use kio::sync::Consumer;
 use kio::{Either, race};
+use moq_net::ietf;
 use moq_net::lite::session;
 use moq_net::lite::{ErrorCode, Role, Version};
 use moq_net::model::Path;
@@ -67,6 +68,10 @@ pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker
 		if let Some(opened) = Box::pin(open_webtransport(&relay, conn, config, worker)).await {
 			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 		}
+	} else if alpn == ietf::ALPN_DRAFT_14 {
+		if let Some(opened) = Box::pin(open_ietf(&relay, conn, config, worker)).await {
+			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
+		}
 	} else if let Some(opened) = Box::pin(open_quic(&relay, conn, config, worker)).await {
 		serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 	}
@@ -79,11 +84,45 @@ pub(crate) struct Ends {
 	pub(crate) eviction: Consumer<()>,
 }
 
+/// A peer's SETUP: moq-lite's, or an IETF draft's with the control stream it came on.
+pub(crate) enum PeerSetup<T: Transport> {
+	Lite(session::PeerSetup),
+	Ietf(Box<ietf::session::Control<T>>, ietf::session::PeerSetup),
+}
+
+impl<T: Transport> From<session::PeerSetup> for PeerSetup<T> {
+	fn from(setup: session::PeerSetup) -> Self {
+		Self::Lite(setup)
+	}
+}
+
+/// A running session of either protocol.
+enum Running<T: Transport + 'static> {
+	Lite(session::Session<T>),
+	Ietf(ietf::session::Session<T>),
+}
+
+impl<T: Transport + 'static> Running<T> {
+	async fn closed(&self) -> u64 {
+		match self {
+			Self::Lite(session) => session.closed().await,
+			Self::Ietf(session) => session.closed().await,
+		}
+	}
+
+	fn close(&self, code: u64) {
+		match self {
+			Self::Lite(session) => session.close(code),
+			Self::Ietf(session) => session.close(code),
+		}
+	}
+}
+
 /// An authorized peer, its SETUP done: what [`serve_session`] starts.
-pub(crate) struct Opened<T> {
+pub(crate) struct Opened<T: Transport> {
 	pub(crate) transport: T,
 	pub(crate) config: session::Config,
-	pub(crate) peer: session::PeerSetup,
+	pub(crate) peer: PeerSetup<T>,
 	pub(crate) grant: Grant,
 	pub(crate) link: Link,
 }
@@ -111,7 +150,57 @@ async fn open_quic(
 	Some(Opened {
 		transport: conn,
 		config,
-		peer,
+		peer: peer.into(),
+		grant,
+		link,
+	})
+}
+
+/// A raw QUIC connection on draft-14's ALPN (`moq-00`): CLIENT_SETUP on the control stream (its
+/// PATH parameter is the path, as moq-lite's SETUP's), then auth.
+async fn open_ietf(
+	relay: &Relay,
+	conn: Connection,
+	config: session::Config,
+	worker: usize,
+) -> Option<Opened<Connection>> {
+	let remote = conn.remote_address();
+	let deadline = kio::time::now() + relay.limits.setup_timeout;
+	let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
+	let (control, peer) = match race(
+		ietf::session::accept(&conn, grant_ids),
+		kio::time::sleep_until(deadline),
+	)
+	.await
+	{
+		Either::Left(Ok(opened)) => opened,
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "ietf: setup failed");
+			if let ietf::session::Error::Protocol(code, why) = err {
+				conn.close(code, why);
+			}
+			return None;
+		}
+		Either::Right(()) => {
+			debug!(%remote, "ietf: no CLIENT_SETUP in time");
+			conn.close(ietf::code::CONTROL_MESSAGE_TIMEOUT, "setup timeout");
+			return None;
+		}
+	};
+	let url = peer.path.clone().unwrap_or_default();
+	let Some(grant) = authorize(relay, &url, remote) else {
+		conn.close(ietf::code::UNAUTHORIZED, "unauthorized");
+		return None;
+	};
+	let link = Link {
+		remote,
+		worker,
+		transport: "quic",
+	};
+	Some(Opened {
+		transport: conn,
+		config,
+		peer: PeerSetup::Ietf(Box::new(control), peer),
 		grant,
 		link,
 	})
@@ -175,7 +264,7 @@ async fn open_webtransport(
 	Some(Opened {
 		transport,
 		config,
-		peer,
+		peer: peer.into(),
 		grant,
 		link,
 	})
@@ -290,17 +379,27 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 	}
 	// A session that may publish gets the full receive window, if its address's share of the
 	// memory ceiling has room for it; a viewer keeps the small one it started with.
-	if peer.role != Role::Subscriber && (grant.cluster || !grant.publish.is_empty()) {
+	let (role, origin) = match &peer {
+		PeerSetup::Lite(peer) => (peer.role, peer.origin),
+		// A draft's SETUP says neither: it may do both, and is no relay of ours.
+		PeerSetup::Ietf(..) => (Role::Both, 0),
+	};
+	if role != Role::Subscriber && (grant.cluster || !grant.publish.is_empty()) {
 		let window = u64::from(relay.limits.connection_window);
 		if !grow_window(window) {
 			relay.stats.windows_refused.fetch_add(1, Ordering::Relaxed);
 			debug!(%remote, "receive window not grown: the address holds its share of the memory ceiling");
 		}
 	}
-	let cluster_session = grant.cluster.then(|| relay.cluster.inbound(peer.origin));
+	let cluster_session = grant.cluster.then(|| relay.cluster.inbound(origin));
 	let worker_session = relay.stats.session(worker);
 	info!(%remote, transport = kind, root = %escaped(root.as_str()), publish = grant.publish.len(), subscribe = grant.subscribe.len(), cluster = grant.cluster, "session");
-	let session = session::start(transport, config, peer, publish, subscribe);
+	let session = match peer {
+		PeerSetup::Lite(peer) => Running::Lite(session::start(transport, config, peer, publish, subscribe)),
+		PeerSetup::Ietf(control, peer) => Running::Ietf(ietf::session::start(
+			transport, *control, config, peer, publish, subscribe,
+		)),
+	};
 	let expires = grant.remaining(SystemTime::now()).map(|left| kio::time::now() + left);
 	async move {
 		let _worker_session = worker_session;

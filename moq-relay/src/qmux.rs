@@ -286,7 +286,7 @@ async fn run(
 			let opened = Opened {
 				transport: conn.clone(),
 				config: session_config,
-				peer: setup,
+				peer: setup.into(),
 				grant,
 				link: Link {
 					remote: peer,

@@ -173,6 +173,7 @@ pub fn run(
 		Version::Lite05.alpn(),
 		Version::Lite04.alpn(),
 		Version::Lite03.alpn(),
+		moq_net::ietf::ALPN_DRAFT_14,
 		h3::ALPN,
 	];
 	let quic = moq_quic::Config::new()

@@ -41,6 +41,7 @@ mod budget;
 pub use budget::Pace;
 mod io;
 mod publisher;
+pub(crate) use publisher::stream_priority;
 mod subscriber;
 
 use std::cell::{Cell, RefCell};

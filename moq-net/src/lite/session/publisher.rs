@@ -298,7 +298,7 @@ const SEQUENCE_RANKS: u64 = (1 << 23) - 1;
 /// subscription's first group, so a sequence that crosses a power of two never inverts; past
 /// 2^23 groups into one subscription, groups tie instead, and the scheduler's round robin shares
 /// the link between them.
-fn stream_priority(priority: u8, ordered: bool, first: u64, sequence: u64) -> i32 {
+pub(crate) fn stream_priority(priority: u8, ordered: bool, first: u64, sequence: u64) -> i32 {
 	let rank = sequence.saturating_sub(first).min(SEQUENCE_RANKS);
 	let rank = if ordered { SEQUENCE_RANKS - rank } else { rank };
 	(i32::from(priority) << 23) | rank as i32

@@ -1,0 +1,236 @@
+//! draft-14's data plane: a subgroup's unidirectional stream (a header, then objects until FIN)
+//! and object datagrams.
+//!
+//! A subgroup header's type says which fields follow (draft-14 §10.4.2): 0x10–0x15 and
+//! 0x18–0x1D, bit 0 "every object carries extensions", bits 1–2 where the subgroup id comes from
+//! (0: it is 0; 1: the first object's id; 2: a field), bit 3 "this subgroup ends its group". The
+//! priority byte is always there. Any other type closes the session.
+
+use bytes::Bytes;
+
+use crate::coding::{Decode, DecodeError, Encode, EncodeError, decode_varint, encode_varint};
+
+/// Where a subgroup's id comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubgroupId {
+	/// It is 0.
+	Zero,
+	/// It is the id of the first object on the stream.
+	FirstObject,
+	/// It is this.
+	Explicit(u64),
+}
+
+/// The header of a subgroup stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubgroupHeader {
+	/// The subscription's track alias.
+	pub track_alias: u64,
+	/// The group.
+	pub group: u64,
+	/// The subgroup.
+	pub subgroup: SubgroupId,
+	/// 0 is first.
+	pub publisher_priority: u8,
+	/// Every object carries an extensions block.
+	pub extensions: bool,
+	/// The subgroup holds its group's last object: its FIN ends the group.
+	pub end_of_group: bool,
+}
+
+impl SubgroupHeader {
+	/// Whether `kind` opens a subgroup stream in draft-14.
+	pub fn is_type(kind: u64) -> bool {
+		matches!(kind, 0x10..=0x15 | 0x18..=0x1d)
+	}
+
+	fn kind(&self) -> u64 {
+		let mode = match self.subgroup {
+			SubgroupId::Zero => 0,
+			SubgroupId::FirstObject => 1,
+			SubgroupId::Explicit(_) => 2,
+		};
+		0x10 | u64::from(self.extensions) | mode << 1 | u64::from(self.end_of_group) << 3
+	}
+}
+
+impl Decode for SubgroupHeader {
+	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		let kind = decode_varint(buf)?;
+		if !Self::is_type(kind) {
+			return Err(DecodeError::UnexpectedStream(kind));
+		}
+		let track_alias = decode_varint(buf)?;
+		let group = decode_varint(buf)?;
+		let subgroup = match (kind >> 1) & 0b11 {
+			0 => SubgroupId::Zero,
+			1 => SubgroupId::FirstObject,
+			_ => SubgroupId::Explicit(decode_varint(buf)?),
+		};
+		let (&publisher_priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
+		*buf = rest;
+		Ok(Self {
+			track_alias,
+			group,
+			subgroup,
+			publisher_priority,
+			extensions: kind & 1 == 1,
+			end_of_group: kind & 0x8 != 0,
+		})
+	}
+}
+
+impl Encode for SubgroupHeader {
+	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		encode_varint(self.kind(), out)?;
+		encode_varint(self.track_alias, out)?;
+		encode_varint(self.group, out)?;
+		if let SubgroupId::Explicit(id) = self.subgroup {
+			encode_varint(id, out)?;
+		}
+		out.push(self.publisher_priority);
+		Ok(())
+	}
+}
+
+/// An object's status (draft-14 §10.2.1.1).
+pub mod status {
+	/// A normal object (its payload may be empty).
+	pub const NORMAL: u64 = 0x0;
+	/// The object does not exist.
+	pub const DOES_NOT_EXIST: u64 = 0x1;
+	/// No object at or past this id exists in the group.
+	pub const END_OF_GROUP: u64 = 0x3;
+	/// No object at or past this location exists in the track.
+	pub const END_OF_TRACK: u64 = 0x4;
+}
+
+/// What precedes an object's payload on a subgroup stream: `Object ID Delta`, the extensions
+/// (when the header says every object has them), `Payload Length`, and for an empty payload its
+/// status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectHeader {
+	/// The object's id less the previous one's plus one (the first object's: its id).
+	pub id_delta: u64,
+	/// Its extension headers' bytes, when the stream carries them.
+	pub extensions: Option<Bytes>,
+	/// The payload's length.
+	pub length: u64,
+	/// Its status: [`status::NORMAL`] unless the payload is empty and says otherwise.
+	pub status: u64,
+}
+
+/// The longest extensions block we take (a bound of ours; the draft has none).
+pub const MAX_EXTENSIONS: usize = 4096;
+
+impl ObjectHeader {
+	/// Reads one from a stream whose header says whether `extensions` are there.
+	pub fn decode(buf: &mut &[u8], extensions: bool) -> Result<Self, DecodeError> {
+		let id_delta = decode_varint(buf)?;
+		let extensions = match extensions {
+			true => Some(Bytes::copy_from_slice(crate::coding::decode_bytes(
+				buf,
+				MAX_EXTENSIONS,
+			)?)),
+			false => None,
+		};
+		let length = decode_varint(buf)?;
+		let status = match length {
+			0 => match decode_varint(buf)? {
+				status @ (status::NORMAL | status::DOES_NOT_EXIST | status::END_OF_GROUP | status::END_OF_TRACK) => {
+					status
+				}
+				_ => return Err(DecodeError::InvalidValue("object status")),
+			},
+			_ => status::NORMAL,
+		};
+		Ok(Self {
+			id_delta,
+			extensions,
+			length,
+			status,
+		})
+	}
+
+	/// Writes it.
+	pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		encode_varint(self.id_delta, out)?;
+		if let Some(extensions) = &self.extensions {
+			crate::coding::encode_bytes(extensions, MAX_EXTENSIONS, out)?;
+		}
+		encode_varint(self.length, out)?;
+		if self.length == 0 {
+			encode_varint(self.status, out)?;
+		}
+		Ok(())
+	}
+}
+
+#[cfg(test)]
+mod tests {
+	use super::*;
+	use crate::test_support::hex;
+
+	#[test]
+	fn the_drafts_subgroup_examples_read_and_write() {
+		// draft-14 §12's first example: type 0x14, alias 2, group 0, subgroup 0 (a field),
+		// priority 0; objects 0 and 1 of four bytes each.
+		let wire = hex("14 02 00 00 00 00 04 61 62 63 64 00 04 65 66 67 68");
+		let mut buf = &wire[..];
+		let header = SubgroupHeader::decode(&mut buf).unwrap();
+		assert_eq!(
+			header,
+			SubgroupHeader {
+				track_alias: 2,
+				group: 0,
+				subgroup: SubgroupId::Explicit(0),
+				publisher_priority: 0,
+				extensions: false,
+				end_of_group: false,
+			}
+		);
+		let mut out = Vec::new();
+		header.encode(&mut out);
+		assert_eq!(out, wire[..5]);
+		for payload in [b"abcd", b"efgh"] {
+			let object = ObjectHeader::decode(&mut buf, false).unwrap();
+			assert_eq!((object.id_delta, object.length), (0, 4));
+			assert_eq!(&buf[..4], payload);
+			buf = &buf[4..];
+		}
+		// The second example (its extension's length corrected to the 14 bytes it holds).
+		let wire = hex(
+			"15 02 00 00 00 00 1a 04 c0 00 00 00 82 57 dc d3 40 4d 0e 74 72 61 63 65 49 44 3a 31 32 33 34 35 36 \
+			 04 61 62 63 64 00 00 04 65 66 67 68",
+		);
+		let mut buf = &wire[..];
+		let header = SubgroupHeader::decode(&mut buf).unwrap();
+		assert!(header.extensions);
+		let first = ObjectHeader::decode(&mut buf, true).unwrap();
+		assert_eq!(first.extensions.as_ref().map(Bytes::len), Some(26));
+		let mut out = Vec::new();
+		first.emit(&mut out).unwrap();
+		assert_eq!(out, wire[5..wire.len() - 4 - 7]);
+		buf = &buf[4..];
+		let second = ObjectHeader::decode(&mut buf, true).unwrap();
+		assert_eq!((second.extensions.as_deref(), second.length), (Some(&[][..]), 4));
+		// An empty object's status: END_OF_GROUP.
+		let end = ObjectHeader::decode(&mut &hex("00 00 03")[..], false).unwrap();
+		assert_eq!((end.length, end.status), (0, status::END_OF_GROUP));
+	}
+
+	#[test]
+	fn the_public_clients_header_and_bad_types() {
+		// What the public clock example sends: 0x19, extensions, subgroup 0, the group's end.
+		let header = SubgroupHeader::decode(&mut &hex("19 07 1c 00")[..]).unwrap();
+		assert_eq!(header.subgroup, SubgroupId::Zero);
+		assert!(header.extensions && header.end_of_group);
+		for bad in ["16 00 00 00", "1e 00 00 00", "20 00 00 00", "05 00"] {
+			assert!(SubgroupHeader::decode(&mut &hex(bad)[..]).is_err(), "{bad}");
+		}
+		assert!(
+			ObjectHeader::decode(&mut &hex("00 00 02")[..], false).is_err(),
+			"status 2"
+		);
+	}
+}

@@ -1,0 +1,280 @@
+//! draft-14's control messages against wire images derived from the draft's layouts (the
+//! drafts print field values, not bytes), both ways, and what bad bytes decode to.
+
+use super::*;
+use crate::test_support::hex;
+
+fn both_ways(message: Message, wire: &str) {
+	let wire = hex(wire);
+	let mut out = Vec::new();
+	message.encode(&mut out);
+	assert_eq!(out, wire, "{message:?} encodes");
+	assert_eq!(Message::decode_exact(&wire), Ok(message.clone()), "{message:?} decodes");
+	// Any prefix of it is short, never an error or another message.
+	for cut in 0..wire.len() {
+		assert_eq!(
+			Message::decode(&mut &wire[..cut]),
+			Err(DecodeError::Short),
+			"{message:?} cut at {cut}"
+		);
+	}
+}
+
+fn clock() -> Namespace {
+	Namespace(vec!["clock".into()])
+}
+
+#[test]
+fn setup_and_session_messages() {
+	both_ways(
+		Message::ClientSetup {
+			versions: vec![super::super::DRAFT_14],
+			params: Parameters::default().with_int(0x2, 100),
+		},
+		"20 00 0d 01 c0 00 00 00 ff 00 00 0e 01 02 40 64",
+	);
+	both_ways(
+		Message::ServerSetup {
+			version: super::super::DRAFT_14,
+			params: Parameters::default().with_int(0x2, 100),
+		},
+		"21 00 0c c0 00 00 00 ff 00 00 0e 01 02 40 64",
+	);
+	both_ways(
+		Message::ClientSetup {
+			versions: vec![super::super::DRAFT_14],
+			params: Parameters::default().with_bytes(0x1, &b"/x"[..]).with_int(0x2, 0),
+		},
+		"20 00 10 01 c0 00 00 00 ff 00 00 0e 02 01 02 2f 78 02 00",
+	);
+	both_ways(Message::MaxRequestId(200), "15 00 02 40 c8");
+	both_ways(Message::RequestsBlocked(200), "1a 00 02 40 c8");
+	both_ways(Message::Goaway { uri: String::new() }, "10 00 01 00");
+}
+
+#[test]
+fn namespace_messages() {
+	both_ways(
+		Message::PublishNamespace {
+			request_id: 0,
+			namespace: clock(),
+			params: Parameters::default(),
+		},
+		"06 00 09 00 01 05 63 6c 6f 63 6b 00",
+	);
+	both_ways(Message::PublishNamespaceOk(0), "07 00 01 00");
+	both_ways(
+		Message::PublishNamespaceError(RequestError {
+			request_id: 0,
+			code: 4,
+			reason: "no".into(),
+		}),
+		"08 00 05 00 04 02 6e 6f",
+	);
+	both_ways(Message::PublishNamespaceDone(clock()), "09 00 07 01 05 63 6c 6f 63 6b");
+	both_ways(
+		Message::PublishNamespaceCancel {
+			namespace: clock(),
+			code: 1,
+			reason: String::new(),
+		},
+		"0c 00 09 01 05 63 6c 6f 63 6b 01 00",
+	);
+	both_ways(
+		Message::SubscribeNamespace {
+			request_id: 2,
+			prefix: clock(),
+			params: Parameters::default(),
+		},
+		"11 00 09 02 01 05 63 6c 6f 63 6b 00",
+	);
+	both_ways(Message::SubscribeNamespaceOk(2), "12 00 01 02");
+	both_ways(
+		Message::SubscribeNamespaceError(RequestError {
+			request_id: 2,
+			code: 4,
+			reason: String::new(),
+		}),
+		"13 00 03 02 04 00",
+	);
+	both_ways(Message::UnsubscribeNamespace(clock()), "14 00 07 01 05 63 6c 6f 63 6b");
+}
+
+fn subscribe(filter: Filter) -> Subscribe {
+	Subscribe {
+		request_id: 1,
+		namespace: clock(),
+		name: "seconds".into(),
+		subscriber_priority: 128,
+		group_order: 0,
+		forward: true,
+		filter,
+		params: Parameters::default(),
+	}
+}
+
+#[test]
+fn subscription_messages() {
+	both_ways(
+		Message::Subscribe(subscribe(Filter::LargestObject)),
+		"03 00 15 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 80 00 01 02 00",
+	);
+	both_ways(
+		Message::Subscribe(subscribe(Filter::AbsoluteRange(Location { group: 5, object: 0 }, 7))),
+		"03 00 18 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 80 00 01 04 05 00 07 00",
+	);
+	both_ways(
+		Message::TrackStatus(subscribe(Filter::NextGroupStart)),
+		"0d 00 15 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 80 00 01 01 00",
+	);
+	let ok = SubscribeOk {
+		request_id: 1,
+		track_alias: 0,
+		expires: 0,
+		group_order: 2,
+		largest: Some(Location { group: 5, object: 3 }),
+		params: Parameters::default(),
+	};
+	both_ways(Message::SubscribeOk(ok.clone()), "04 00 08 01 00 00 02 01 05 03 00");
+	both_ways(
+		Message::SubscribeOk(SubscribeOk {
+			largest: None,
+			..ok.clone()
+		}),
+		"04 00 06 01 00 00 02 00 00",
+	);
+	both_ways(Message::TrackStatusOk(ok), "0e 00 08 01 00 00 02 01 05 03 00");
+	both_ways(
+		Message::SubscribeError(RequestError {
+			request_id: 1,
+			code: 4,
+			reason: "nope".into(),
+		}),
+		"05 00 07 01 04 04 6e 6f 70 65",
+	);
+	both_ways(
+		Message::SubscribeUpdate {
+			request_id: 3,
+			subscription: 1,
+			start: Location { group: 5, object: 0 },
+			end_group: 0,
+			subscriber_priority: 1,
+			forward: false,
+			params: Parameters::default(),
+		},
+		"02 00 08 03 01 05 00 00 01 00 00",
+	);
+	both_ways(Message::Unsubscribe(1), "0a 00 01 01");
+	both_ways(
+		Message::PublishDone {
+			request_id: 1,
+			status: 2,
+			stream_count: 3,
+			reason: String::new(),
+		},
+		"0b 00 04 01 02 03 00",
+	);
+}
+
+#[test]
+fn fetch_and_publish_messages() {
+	both_ways(
+		Message::Fetch {
+			request_id: 2,
+			subscriber_priority: 128,
+			group_order: 1,
+			kind: FetchKind::Standalone {
+				namespace: clock(),
+				name: "seconds".into(),
+				start: Location { group: 1, object: 0 },
+				end: Location { group: 3, object: 0 },
+			},
+			params: Parameters::default(),
+		},
+		"16 00 18 02 80 01 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 01 00 03 00 00",
+	);
+	both_ways(
+		Message::Fetch {
+			request_id: 4,
+			subscriber_priority: 128,
+			group_order: 0,
+			kind: FetchKind::Joining {
+				relative: true,
+				subscription: 1,
+				start: 2,
+			},
+			params: Parameters::default(),
+		},
+		"16 00 07 04 80 00 02 01 02 00",
+	);
+	both_ways(
+		Message::FetchOk {
+			request_id: 2,
+			group_order: 1,
+			end_of_track: false,
+			end: Location { group: 3, object: 0 },
+			params: Parameters::default(),
+		},
+		"18 00 06 02 01 00 03 00 00",
+	);
+	both_ways(
+		Message::FetchError(RequestError {
+			request_id: 2,
+			code: 6,
+			reason: String::new(),
+		}),
+		"19 00 03 02 06 00",
+	);
+	both_ways(Message::FetchCancel(2), "17 00 01 02");
+	both_ways(
+		Message::Publish {
+			request_id: 6,
+			body: Bytes::from_static(&[1, 5]),
+		},
+		"1d 00 03 06 01 05",
+	);
+	both_ways(
+		Message::PublishError(RequestError {
+			request_id: 6,
+			code: 3,
+			reason: String::new(),
+		}),
+		"1f 00 03 06 03 00",
+	);
+}
+
+#[test]
+fn bad_bytes_are_errors_never_panics() {
+	// A payload longer than its fields, or fields past the length.
+	assert_eq!(Message::decode_exact(&hex("07 00 02 00 00")), Err(DecodeError::Long));
+	assert_eq!(Message::decode_exact(&hex("0a 00 00")), Err(DecodeError::Truncated));
+	// An unknown type, a forward flag of 2, a group order of 3, a filter of 5.
+	assert_eq!(
+		Message::decode_exact(&hex("3f 00 00")),
+		Err(DecodeError::UnexpectedMessage(0x3f))
+	);
+	let sub = "03 00 15 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 80 00";
+	assert!(Message::decode_exact(&hex(&format!("{sub} 02 02 00"))).is_err());
+	assert!(
+		Message::decode_exact(&hex(
+			"03 00 15 01 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 80 03 01 02 00"
+		))
+		.is_err()
+	);
+	assert!(Message::decode_exact(&hex(&format!("{sub} 01 05 00"))).is_err());
+	// A namespace field holding `/`, or empty; 33 fields.
+	assert!(Message::decode_exact(&hex("09 00 04 01 02 61 2f")).is_err());
+	assert!(Message::decode_exact(&hex("09 00 02 01 00")).is_err());
+	let mut deep = vec![0x09, 0x00, 67, 33];
+	for _ in 0..33 {
+		deep.extend_from_slice(&[1, b'a']);
+	}
+	assert!(Message::decode_exact(&deep).is_err());
+	// An odd parameter past its bytes; more parameters than we take.
+	assert!(Message::decode_exact(&hex("11 00 06 02 01 01 61 01 01")).is_err());
+	assert_eq!(
+		Message::decode_exact(&hex("11 00 06 02 01 01 61 40 41")),
+		Err(DecodeError::TooManyParameters),
+		"65 parameters announced"
+	);
+}

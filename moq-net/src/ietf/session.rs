@@ -1,0 +1,1135 @@
+//! A draft-14 session over a [`Transport`], serving and filling the same model as moq-lite's.
+//!
+//! # Flow
+//!
+//! 1. Setup: the client opens the control stream (the first bidirectional stream) and sends
+//!    CLIENT_SETUP with the versions it speaks; the server answers SERVER_SETUP with draft-14, or
+//!    closes with VERSION_NEGOTIATION_FAILED. Each side grants the other request ids with
+//!    MAX_REQUEST_ID. A client's PATH parameter plays the part of moq-lite's SETUP path (raw
+//!    QUIC; over WebTransport the CONNECT carries it).
+//! 2. The **publisher half** (given an [`OriginConsumer`]) answers SUBSCRIBE_NAMESPACE with OK,
+//!    then a PUBLISH_NAMESPACE for each broadcast under the prefix and PUBLISH_NAMESPACE_DONE as
+//!    each goes; SUBSCRIBE with SUBSCRIBE_OK (the track alias is the request id) and the track's
+//!    groups from the latest one, one subgroup stream each (subgroup 0, every object of the
+//!    group, consecutive object ids, the FIN ending the group), newer groups first; UNSUBSCRIBE
+//!    and the track's end with PUBLISH_DONE.
+//! 3. The **subscriber half** (given an [`OriginProducer`]) asks the peer for its namespaces
+//!    (SUBSCRIBE_NAMESPACE of the root) and takes every PUBLISH_NAMESPACE, asked or not, into the
+//!    origin as a broadcast whose tracks are fetched on first demand: SUBSCRIBE (largest object),
+//!    its subgroup streams ingested into the track's cache, UNSUBSCRIBE when nobody wants it.
+//!
+//! FETCH, TRACK_STATUS and PUBLISH are refused (NOT_SUPPORTED); SUBSCRIBE_UPDATE is read and
+//! ignored; object datagrams are not read.
+//!
+//! # Bad input
+//!
+//! Bytes that do not decode, a request id out of turn or past our grant, a second SETUP, or a
+//! subgroup stream of a type draft-14 does not have close the session with the draft's code
+//! ([`super::code`]). The origin and other sessions are untouched.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use kio::JoinHandle;
+use kio::sync::Queue;
+
+use super::data::{ObjectHeader, SubgroupHeader, SubgroupId, status};
+use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk};
+use super::{DRAFT_14, code, done_code, request_code};
+use crate::coding::{Decode, DecodeError, Encode};
+use crate::lite::session::Config;
+use crate::model::{
+	self, BroadcastProducer, Frame, OriginConsumer, OriginProducer, Path, Publication, Route, Subscription, Timestamp,
+	TrackConsumer, TrackInfo, TrackProducer,
+};
+use crate::transport::{RecvStream, SendStream, Transport, TransportError, TransportExt};
+
+/// SETUP parameter PATH.
+const PATH: u64 = 0x01;
+/// SETUP parameter MAX_REQUEST_ID.
+const MAX_REQUEST_ID: u64 = 0x02;
+/// SETUP parameter MOQT_IMPLEMENTATION (0x07 as the public implementations send it; draft-14's
+/// text gives it 0x05, which is AUTHORITY's).
+const IMPLEMENTATION: u64 = 0x07;
+
+/// The longest object we take (a group's byte cap, as moq-lite's frames).
+const MAX_OBJECT: u64 = model::group::MAX_GROUP_BYTES as u64;
+
+/// Control messages queued for the peer before their senders wait.
+const CONTROL_QUEUE: usize = 256;
+
+/// Which side of the connection this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+	/// Opened the connection: opens the control stream, sends CLIENT_SETUP, even request ids.
+	Client,
+	/// Accepted it: answers SERVER_SETUP, odd request ids.
+	Server,
+}
+
+/// What the peer said in its SETUP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerSetup {
+	/// The client's PATH (with its query), if it sent one.
+	pub path: Option<String>,
+	/// Request ids below this we may use.
+	pub max_request_id: u64,
+	/// The peer's implementation, if it named it.
+	pub implementation: Option<String>,
+}
+
+/// Why a session (or its setup) ended badly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+	/// The transport failed or closed.
+	Transport(TransportError),
+	/// The peer broke the protocol: the session closes with this code ([`super::code`]).
+	Protocol(u64, &'static str),
+}
+
+impl std::fmt::Display for Error {
+	fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+		match self {
+			Self::Transport(err) => write!(f, "transport: {err}"),
+			Self::Protocol(code, why) => write!(f, "protocol error {code:#x}: {why}"),
+		}
+	}
+}
+
+impl std::error::Error for Error {}
+
+impl From<TransportError> for Error {
+	fn from(err: TransportError) -> Self {
+		Self::Transport(err)
+	}
+}
+
+fn violation(why: &'static str) -> Error {
+	Error::Protocol(code::PROTOCOL_VIOLATION, why)
+}
+
+/// Reads messages from a stream as its bytes arrive.
+struct Reader<R> {
+	recv: R,
+	buf: BytesMut,
+	fin: bool,
+}
+
+impl<R: RecvStream> Reader<R> {
+	fn new(recv: R) -> Self {
+		Self {
+			recv,
+			buf: BytesMut::new(),
+			fin: false,
+		}
+	}
+
+	/// Decodes with `decode` once enough bytes came; `None` at a clean end between values.
+	async fn decode<M>(&mut self, decode: impl Fn(&mut &[u8]) -> Result<M, DecodeError>) -> Result<Option<M>, Error> {
+		loop {
+			if !self.buf.is_empty() {
+				let mut slice = &self.buf[..];
+				match decode(&mut slice) {
+					Ok(value) => {
+						let used = self.buf.len() - slice.len();
+						let _ = self.buf.split_to(used);
+						return Ok(Some(value));
+					}
+					Err(DecodeError::Short) => {}
+					Err(_) => return Err(violation("bytes that do not decode")),
+				}
+			}
+			if !self.fill().await? {
+				return match self.buf.is_empty() {
+					true => Ok(None),
+					false => Err(violation("a stream ended inside a message")),
+				};
+			}
+		}
+	}
+
+	/// Reads a chunk; false at the end.
+	async fn fill(&mut self) -> Result<bool, Error> {
+		if self.fin {
+			return Ok(false);
+		}
+		match kio::wait(|w| self.recv.poll_read(w)).await? {
+			Some(chunk) => {
+				self.buf.extend_from_slice(&chunk);
+				Ok(true)
+			}
+			None => {
+				self.fin = true;
+				Ok(false)
+			}
+		}
+	}
+
+	/// Exactly `len` bytes, in a buffer of their own.
+	async fn read_exact(&mut self, len: usize) -> Result<Bytes, Error> {
+		while self.buf.len() < len {
+			if !self.fill().await? {
+				return Err(violation("a stream ended inside an object"));
+			}
+		}
+		Ok(Bytes::copy_from_slice(&self.buf.split_to(len)))
+	}
+}
+
+/// The control stream, set up.
+pub struct Control<T: Transport> {
+	send: T::SendHalf,
+	reader: Reader<T::RecvHalf>,
+	side: Side,
+}
+
+/// Accepts the client's control stream and answers its CLIENT_SETUP (a server): draft-14, and
+/// `max_request_id` request ids for the client.
+pub async fn accept<T: Transport>(transport: &T, max_request_id: u64) -> Result<(Control<T>, PeerSetup), Error> {
+	let (mut send, recv) = transport.accept_bi().await?;
+	let mut reader = Reader::new(recv);
+	let Some(Message::ClientSetup { versions, params }) = reader.decode(Message::decode).await? else {
+		return Err(violation("the control stream did not start with CLIENT_SETUP"));
+	};
+	if !versions.contains(&DRAFT_14) {
+		return Err(Error::Protocol(
+			code::VERSION_NEGOTIATION_FAILED,
+			"no version in common",
+		));
+	}
+	let answer = Message::ServerSetup {
+		version: DRAFT_14,
+		params: Parameters::default()
+			.with_int(MAX_REQUEST_ID, max_request_id)
+			.with_bytes(IMPLEMENTATION, &b"moq-relay"[..]),
+	};
+	write(&mut send, &answer).await?;
+	let peer = peer_setup(&params);
+	Ok((
+		Control {
+			send,
+			reader,
+			side: Side::Server,
+		},
+		peer,
+	))
+}
+
+/// Opens the control stream and sends CLIENT_SETUP (a client) with `path`, granting the server
+/// `max_request_id` request ids; the server's answer.
+pub async fn connect<T: Transport>(
+	transport: &T,
+	path: Option<&str>,
+	max_request_id: u64,
+) -> Result<(Control<T>, PeerSetup), Error> {
+	let (mut send, recv) = transport.open_bi().await?;
+	let mut params = Parameters::default().with_int(MAX_REQUEST_ID, max_request_id);
+	if let Some(path) = path {
+		params = params.with_bytes(PATH, Bytes::copy_from_slice(path.as_bytes()));
+	}
+	let hello = Message::ClientSetup {
+		versions: vec![DRAFT_14],
+		params,
+	};
+	write(&mut send, &hello).await?;
+	let mut reader = Reader::new(recv);
+	match reader.decode(Message::decode).await? {
+		Some(Message::ServerSetup { version, params }) if version == DRAFT_14 => Ok((
+			Control {
+				send,
+				reader,
+				side: Side::Client,
+			},
+			peer_setup(&params),
+		)),
+		Some(Message::ServerSetup { .. }) => Err(Error::Protocol(
+			code::VERSION_NEGOTIATION_FAILED,
+			"the server chose a version we did not offer",
+		)),
+		_ => Err(violation("the control stream did not start with SERVER_SETUP")),
+	}
+}
+
+fn peer_setup(params: &Parameters) -> PeerSetup {
+	PeerSetup {
+		path: params.bytes(PATH).map(|p| String::from_utf8_lossy(p).into_owned()),
+		// Absent means none may be used (the draft's default); the public clients send one.
+		max_request_id: params.int(MAX_REQUEST_ID).unwrap_or(0),
+		implementation: params
+			.bytes(IMPLEMENTATION)
+			.map(|p| String::from_utf8_lossy(p).into_owned()),
+	}
+}
+
+async fn write<S: SendStream>(send: &mut S, message: &Message) -> Result<(), Error> {
+	let mut out = Vec::new();
+	message
+		.try_encode(&mut out)
+		.map_err(|_| violation("a message we cannot encode"))?;
+	let mut bytes = Bytes::from(out);
+	kio::wait(|w| send.poll_write(w, &mut bytes)).await?;
+	Ok(())
+}
+
+/// A reply to one of our requests.
+enum Reply {
+	Subscribed(SubscribeOk),
+	Refused(RequestError),
+}
+
+/// A track we subscribed to: where its objects go.
+struct Upstream {
+	track: TrackProducer,
+	request_id: u64,
+}
+
+/// A broadcast the peer published into our origin.
+struct Mirrored {
+	broadcast: BroadcastProducer,
+	_publication: Publication,
+	_tracks: Task,
+}
+
+/// A task aborted when dropped.
+struct Task(JoinHandle<()>);
+
+impl Drop for Task {
+	fn drop(&mut self) {
+		self.0.abort();
+	}
+}
+
+struct Inner<T: Transport> {
+	transport: T,
+	config: Config,
+	side: Side,
+	out: Queue<Message>,
+	/// Our next request id, and the peer's grant.
+	next_request_id: Cell<u64>,
+	peer_max: Cell<u64>,
+	/// The peer's next request id, and our grant.
+	expected: Cell<u64>,
+	granted: Cell<u64>,
+	/// The peer's SUBSCRIBEs, by request id.
+	subscriptions: RefCell<HashMap<u64, Task>>,
+	/// The peer's SUBSCRIBE_NAMESPACEs, by prefix.
+	announcers: RefCell<HashMap<Namespace, Task>>,
+	/// Our SUBSCRIBEs waiting for their reply: the track their objects go to.
+	pending: RefCell<HashMap<u64, (TrackProducer, Queue<Reply>)>>,
+	/// Counts the aliases the peer gave: a subgroup stream that beat its SUBSCRIBE_OK (another
+	/// stream) waits for it.
+	aliases: kio::sync::Producer<u64>,
+	/// Our subscriptions, by the alias the peer gave them.
+	upstream: RefCell<HashMap<u64, Upstream>>,
+	/// The peer's namespaces in our origin.
+	mirrored: RefCell<HashMap<Namespace, Mirrored>>,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+	closed: Cell<Option<u64>>,
+}
+
+impl<T: Transport + 'static> Inner<T> {
+	fn fail(&self, err: &Error) {
+		let code = match err {
+			Error::Protocol(code, _) => *code,
+			Error::Transport(_) => code::INTERNAL_ERROR,
+		};
+		tracing::debug!(%err, "ietf session failed");
+		self.close(code);
+	}
+
+	fn close(&self, code: u64) {
+		if self.closed.get().is_none() {
+			self.closed.set(Some(code));
+			self.transport.close(code, "");
+		}
+	}
+
+	async fn send(&self, message: Message) {
+		// Closed only with the session.
+		let _ = self.out.push(message).await;
+	}
+
+	/// Checks a request id of the peer's: in turn, and within our grant; grants more as the
+	/// peer uses them.
+	fn take_request_id(&self, id: u64) -> Result<(), Error> {
+		if id != self.expected.get() {
+			return Err(Error::Protocol(code::INVALID_REQUEST_ID, "a request id out of turn"));
+		}
+		if id >= self.granted.get() {
+			return Err(Error::Protocol(code::TOO_MANY_REQUESTS, "a request id past our grant"));
+		}
+		self.expected.set(id + 2);
+		Ok(())
+	}
+
+	/// Grants the peer more request ids once it used half of the window.
+	async fn regrant(&self) {
+		let window = grant_window(&self.config);
+		if self.expected.get() + window / 2 > self.granted.get() {
+			let granted = self.expected.get() + window;
+			self.granted.set(granted);
+			self.send(Message::MaxRequestId(granted)).await;
+		}
+	}
+
+	/// Our next request id, if the peer's grant allows it.
+	fn our_request_id(&self) -> Option<u64> {
+		let id = self.next_request_id.get();
+		if id >= self.peer_max.get() {
+			return None;
+		}
+		self.next_request_id.set(id + 2);
+		Some(id)
+	}
+}
+
+/// Request ids granted at a time: room for every subscription the session may hold and as many
+/// other requests, in the parity the peer uses.
+fn grant_window(config: &Config) -> u64 {
+	(config.limits.subscriptions.min(1 << 20) as u64)
+		.saturating_mul(4)
+		.max(16)
+}
+
+/// What to grant the peer in SETUP.
+pub fn initial_grant(config: &Config, peer_side: Side) -> u64 {
+	let first = match peer_side {
+		Side::Client => 0,
+		Side::Server => 1,
+	};
+	first + grant_window(config)
+}
+
+/// A running session. Dropping it closes the transport and stops its tasks.
+pub struct Session<T: Transport + 'static> {
+	inner: Rc<Inner<T>>,
+	_tasks: Vec<Task>,
+}
+
+impl<T: Transport + 'static> Session<T> {
+	/// Ready with the close code once the session ended.
+	pub async fn closed(&self) -> u64 {
+		self.inner.transport.closed().await
+	}
+
+	/// Closes with `code`.
+	pub fn close(&self, code: u64) {
+		self.inner.close(code);
+	}
+}
+
+impl<T: Transport + 'static> Drop for Session<T> {
+	fn drop(&mut self) {
+		self.inner.out.close();
+		self.inner.close(code::NO_ERROR);
+	}
+}
+
+/// Starts the session's halves over `control` (see the module docs).
+pub fn start<T: Transport + Clone + 'static>(
+	transport: T,
+	control: Control<T>,
+	config: Config,
+	peer: PeerSetup,
+	publish: Option<OriginConsumer>,
+	subscribe: Option<OriginProducer>,
+) -> Session<T> {
+	let (ours, theirs) = match control.side {
+		Side::Client => (0, 1),
+		Side::Server => (1, 0),
+	};
+	let granted = initial_grant(
+		&config,
+		if control.side == Side::Server {
+			Side::Client
+		} else {
+			Side::Server
+		},
+	);
+	let inner = Rc::new(Inner {
+		transport,
+		config,
+		side: control.side,
+		out: Queue::bounded(CONTROL_QUEUE),
+		next_request_id: Cell::new(ours),
+		peer_max: Cell::new(peer.max_request_id),
+		expected: Cell::new(theirs),
+		granted: Cell::new(granted),
+		subscriptions: RefCell::default(),
+		announcers: RefCell::default(),
+		pending: RefCell::default(),
+		aliases: kio::sync::Producer::new(0),
+		upstream: RefCell::default(),
+		mirrored: RefCell::default(),
+		publish,
+		subscribe,
+		closed: Cell::new(None),
+	});
+	let Control { send, reader, .. } = control;
+	let mut tasks = vec![
+		Task(kio::spawn(write_control(inner.clone(), send))),
+		Task(kio::spawn(read_control(inner.clone(), reader))),
+		Task(kio::spawn(accept_streams(inner.clone()))),
+	];
+	if inner.subscribe.is_some() {
+		tasks.push(Task(kio::spawn(ask_for_namespaces(inner.clone()))));
+	}
+	Session { inner, _tasks: tasks }
+}
+
+async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T::SendHalf) {
+	while let Some(message) = inner.out.pop().await {
+		if let Err(err) = write(&mut send, &message).await {
+			inner.fail(&err);
+			return;
+		}
+	}
+}
+
+async fn read_control<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>, mut reader: Reader<T::RecvHalf>) {
+	loop {
+		let message = match reader.decode(Message::decode).await {
+			Ok(Some(message)) => message,
+			// The control stream may not end while the session lives.
+			Ok(None) => {
+				inner.fail(&violation("the control stream ended"));
+				return;
+			}
+			Err(err) => {
+				inner.fail(&err);
+				return;
+			}
+		};
+		if let Err(err) = handle(&inner, message).await {
+			inner.fail(&err);
+			return;
+		}
+	}
+}
+
+async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: Message) -> Result<(), Error> {
+	match message {
+		Message::ClientSetup { .. } | Message::ServerSetup { .. } => return Err(violation("a second SETUP")),
+		Message::Goaway { uri } => {
+			if inner.side == Side::Server && !uri.is_empty() {
+				return Err(violation("a client's GOAWAY named a URI"));
+			}
+			// Nothing new is asked of a peer that is leaving; what runs goes on.
+		}
+		Message::MaxRequestId(max) => {
+			if max <= inner.peer_max.get() {
+				return Err(violation("MAX_REQUEST_ID did not grow"));
+			}
+			inner.peer_max.set(max);
+		}
+		Message::RequestsBlocked(_) => {}
+		Message::SubscribeNamespace { request_id, prefix, .. } => {
+			inner.take_request_id(request_id)?;
+			subscribe_namespace(inner, request_id, prefix).await;
+		}
+		Message::UnsubscribeNamespace(prefix) => {
+			inner.announcers.borrow_mut().remove(&prefix);
+		}
+		Message::Subscribe(subscribe) => {
+			inner.take_request_id(subscribe.request_id)?;
+			serve_subscribe(inner, subscribe).await;
+		}
+		Message::SubscribeUpdate { request_id, .. } => inner.take_request_id(request_id)?,
+		Message::Unsubscribe(request_id) => {
+			if inner.subscriptions.borrow_mut().remove(&request_id).is_some() {
+				inner
+					.send(Message::PublishDone {
+						request_id,
+						status: done_code::SUBSCRIPTION_ENDED,
+						stream_count: (1 << 62) - 1,
+						reason: String::new(),
+					})
+					.await;
+			}
+		}
+		Message::PublishNamespace {
+			request_id, namespace, ..
+		} => {
+			inner.take_request_id(request_id)?;
+			take_namespace(inner, request_id, namespace).await;
+		}
+		Message::PublishNamespaceDone(namespace) => {
+			if let Some(mirrored) = inner.mirrored.borrow_mut().remove(&namespace) {
+				mirrored.broadcast.finish();
+			}
+		}
+		Message::SubscribeOk(ok) => {
+			// Its objects may come at once: the alias is known from here.
+			let Some((track, waiting)) = inner.pending.borrow_mut().remove(&ok.request_id) else {
+				return Err(violation("SUBSCRIBE_OK to nothing we asked"));
+			};
+			if inner.upstream.borrow().contains_key(&ok.track_alias) {
+				return Err(Error::Protocol(
+					code::DUPLICATE_TRACK_ALIAS,
+					"a track alias given twice",
+				));
+			}
+			let upstream = Upstream {
+				track,
+				request_id: ok.request_id,
+			};
+			inner.upstream.borrow_mut().insert(ok.track_alias, upstream);
+			if let Ok(mut count) = inner.aliases.write() {
+				*count += 1;
+			}
+			let _ = waiting.try_push(Reply::Subscribed(ok));
+		}
+		Message::SubscribeError(error) => {
+			if let Some((_, waiting)) = inner.pending.borrow_mut().remove(&error.request_id) {
+				let _ = waiting.try_push(Reply::Refused(error));
+			}
+		}
+		Message::PublishDone { request_id, status, .. } => {
+			let mut upstream = inner.upstream.borrow_mut();
+			let alias = upstream
+				.iter()
+				.find(|(_, u)| u.request_id == request_id)
+				.map(|(a, _)| *a);
+			if let Some(done) = alias.and_then(|alias| upstream.remove(&alias)) {
+				match status {
+					done_code::TRACK_ENDED => {
+						let _ = done.track.finish();
+					}
+					_ => done.track.abort(model::Error::Dropped),
+				}
+			}
+		}
+		// Replies to our PUBLISH_NAMESPACE and SUBSCRIBE_NAMESPACE: nothing waits on them.
+		Message::PublishNamespaceOk(_)
+		| Message::PublishNamespaceError(_)
+		| Message::SubscribeNamespaceOk(_)
+		| Message::SubscribeNamespaceError(_) => {}
+		Message::PublishNamespaceCancel { namespace, .. } => {
+			// The peer takes no more of what we announced under it: stop announcing there.
+			inner.announcers.borrow_mut().remove(&namespace);
+		}
+		Message::Fetch { request_id, .. } => {
+			inner.take_request_id(request_id)?;
+			refuse(inner, Message::FetchError, request_id).await;
+		}
+		Message::TrackStatus(status) => {
+			inner.take_request_id(status.request_id)?;
+			refuse(inner, Message::TrackStatusError, status.request_id).await;
+		}
+		Message::Publish { request_id, .. } => {
+			inner.take_request_id(request_id)?;
+			refuse(inner, Message::PublishError, request_id).await;
+		}
+		// Replies to requests we never make.
+		Message::FetchOk { .. }
+		| Message::FetchError(_)
+		| Message::TrackStatusOk(_)
+		| Message::TrackStatusError(_)
+		| Message::PublishOk { .. }
+		| Message::PublishError(_) => return Err(violation("a reply to nothing we asked")),
+		Message::FetchCancel(_) => {}
+	}
+	inner.regrant().await;
+	Ok(())
+}
+
+async fn refuse<T: Transport + 'static>(inner: &Inner<T>, kind: fn(RequestError) -> Message, request_id: u64) {
+	let error = RequestError {
+		request_id,
+		code: request_code::NOT_SUPPORTED,
+		reason: "not supported".into(),
+	};
+	inner.send(kind(error)).await;
+}
+
+// --- the publisher half ----------------------------------------------------------------------
+
+/// Answers a SUBSCRIBE_NAMESPACE: OK, then the broadcasts under the prefix as they come and go.
+async fn subscribe_namespace<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u64, prefix: Namespace) {
+	let Some(origin) = &inner.publish else {
+		// Nothing to announce: the set is simply empty.
+		inner.send(Message::SubscribeNamespaceOk(request_id)).await;
+		return;
+	};
+	if inner.announcers.borrow().len() >= inner.config.limits.subscriptions {
+		let error = RequestError {
+			request_id,
+			code: request_code::INTERNAL_ERROR,
+			reason: "too many namespace subscriptions".into(),
+		};
+		inner.send(Message::SubscribeNamespaceError(error)).await;
+		return;
+	}
+	inner.send(Message::SubscribeNamespaceOk(request_id)).await;
+	let cursor = origin.announced(&Path::new(&prefix.to_path()));
+	let task = Task(kio::spawn(announce(inner.clone(), prefix.clone(), cursor)));
+	inner.announcers.borrow_mut().insert(prefix, task);
+}
+
+async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace, mut cursor: model::AnnounceCursor) {
+	let base = Path::new(&prefix.to_path());
+	loop {
+		let update = cursor.next().await;
+		let namespace = Namespace::from_path(base.join(&update.path).as_str());
+		if update.broadcast.is_some() {
+			let Some(request_id) = inner.our_request_id() else {
+				// The peer's grant is spent: its namespaces wait for more.
+				continue;
+			};
+			let params = Parameters::default();
+			inner
+				.send(Message::PublishNamespace {
+					request_id,
+					namespace,
+					params,
+				})
+				.await;
+		} else {
+			inner.send(Message::PublishNamespaceDone(namespace)).await;
+		}
+	}
+}
+
+/// Answers a SUBSCRIBE: the track's groups, or SUBSCRIBE_ERROR.
+async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe: Subscribe) {
+	let request_id = subscribe.request_id;
+	let refused = |code, reason: &str| {
+		Message::SubscribeError(RequestError {
+			request_id,
+			code,
+			reason: reason.into(),
+		})
+	};
+	let Some(origin) = &inner.publish else {
+		inner
+			.send(refused(request_code::DOES_NOT_EXIST, "nothing published here"))
+			.await;
+		return;
+	};
+	if inner.subscriptions.borrow().len() >= inner.config.limits.subscriptions {
+		inner
+			.send(refused(request_code::INTERNAL_ERROR, "too many subscriptions"))
+			.await;
+		return;
+	}
+	let path = Path::new(&subscribe.namespace.to_path());
+	let cursor = origin
+		.broadcast(&path)
+		.and_then(|broadcast| broadcast.subscribe_track(&subscribe.name, Subscription::default()));
+	let Ok(mut cursor) = cursor else {
+		inner.send(refused(request_code::DOES_NOT_EXIST, "no such track")).await;
+		return;
+	};
+	// From the latest group now (LargestObject: the live edge, its group whole, as moq-lite
+	// serves a new subscriber), or from the first to come: fixed here, not when the sending
+	// task first looks, so groups that arrive meanwhile are not skipped.
+	let start = cursor.latest().map_or(0, |group| group.sequence());
+	cursor.start_at(start);
+	let ok = SubscribeOk {
+		request_id,
+		// One alias per subscription: its request id, unique in the session.
+		track_alias: request_id,
+		expires: 0,
+		group_order: 2,
+		largest: None,
+		params: Parameters::default(),
+	};
+	inner.send(Message::SubscribeOk(ok)).await;
+	let task = Task(kio::spawn(send_track(
+		inner.clone(),
+		request_id,
+		subscribe.subscriber_priority,
+		cursor,
+	)));
+	inner.subscriptions.borrow_mut().insert(request_id, task);
+}
+
+/// Sends a subscription's groups, each on a stream of its own, newer ones first, at most the
+/// session's groups in flight at once (the oldest is reset to make room); PUBLISH_DONE at the end.
+async fn send_track<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	request_id: u64,
+	priority: u8,
+	mut cursor: TrackConsumer,
+) {
+	let mut in_flight: std::collections::VecDeque<Task> = std::collections::VecDeque::new();
+	let mut streams = 0u64;
+	let mut first = None;
+	let status = loop {
+		match cursor.recv_group().await {
+			Ok(Some(group)) => {
+				in_flight.retain(|task| !task.0.is_finished());
+				if in_flight.len() >= inner.config.limits.groups_in_flight {
+					in_flight.pop_front();
+					if let Some(counters) = &inner.config.counters {
+						counters.groups_lost[crate::lite::session::GroupLoss::InFlight as usize]
+							.fetch_add(1, Ordering::Relaxed);
+					}
+				}
+				streams += 1;
+				let first = *first.get_or_insert_with(|| group.sequence());
+				let rank = crate::lite::session::stream_priority(priority, false, first, group.sequence());
+				in_flight.push_back(Task(kio::spawn(send_group(inner.clone(), request_id, rank, group))));
+			}
+			Ok(None) => break done_code::TRACK_ENDED,
+			Err(_) => break done_code::INTERNAL_ERROR,
+		}
+	};
+	// Every stream is done before PUBLISH_DONE (draft-14 §9.12).
+	for task in &mut in_flight {
+		let _ = (&mut task.0).await;
+	}
+	inner
+		.send(Message::PublishDone {
+			request_id,
+			status,
+			stream_count: streams,
+			reason: String::new(),
+		})
+		.await;
+	inner.subscriptions.borrow_mut().remove(&request_id);
+}
+
+async fn send_group<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	alias: u64,
+	rank: i32,
+	mut group: model::GroupConsumer,
+) {
+	let Ok(mut send) = inner.transport.open_uni().await else {
+		return;
+	};
+	let sequence = group.sequence();
+	// As moq-lite's: the subscriber's priority, then newer groups first.
+	send.set_priority(rank);
+	send.set_group(sequence);
+	let header = SubgroupHeader {
+		track_alias: alias,
+		group: sequence,
+		subgroup: SubgroupId::Zero,
+		publisher_priority: 128,
+		extensions: false,
+		end_of_group: true,
+	};
+	let mut out = Vec::new();
+	header.encode(&mut out);
+	loop {
+		match group.read_frame().await {
+			Ok(Some(frame)) => {
+				let object = ObjectHeader {
+					id_delta: 0,
+					extensions: None,
+					length: frame.payload.len() as u64,
+					status: status::NORMAL,
+				};
+				if object.emit(&mut out).is_err() {
+					send.reset(0);
+					return;
+				}
+				let mut head = Bytes::from(std::mem::take(&mut out));
+				let mut payload = frame.payload.clone();
+				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
+					|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
+				{
+					return;
+				}
+				if let Some(counters) = &inner.config.counters {
+					counters
+						.bytes_out
+						.fetch_add(frame.payload.len() as u64, Ordering::Relaxed);
+				}
+			}
+			Ok(None) => {
+				if !out.is_empty() {
+					let mut head = Bytes::from(out);
+					if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err() {
+						return;
+					}
+				}
+				let _ = send.finish();
+				if let Some(counters) = &inner.config.counters {
+					counters.groups_out.fetch_add(1, Ordering::Relaxed);
+				}
+				return;
+			}
+			Err(_) => {
+				send.reset(0);
+				return;
+			}
+		}
+	}
+}
+
+// --- the subscriber half ---------------------------------------------------------------------
+
+/// Asks the peer for every namespace it publishes (the root prefix).
+async fn ask_for_namespaces<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+	let Some(request_id) = inner.our_request_id() else {
+		return;
+	};
+	inner
+		.send(Message::SubscribeNamespace {
+			request_id,
+			prefix: Namespace::default(),
+			params: Parameters::default(),
+		})
+		.await;
+}
+
+/// Takes a PUBLISH_NAMESPACE into the origin, its tracks fetched on demand.
+async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, request_id: u64, namespace: Namespace) {
+	let refused = |code, reason: &str| {
+		Message::PublishNamespaceError(RequestError {
+			request_id,
+			code,
+			reason: reason.into(),
+		})
+	};
+	let Some(origin) = &inner.subscribe else {
+		inner
+			.send(refused(request_code::NOT_SUPPORTED, "nothing may be published here"))
+			.await;
+		return;
+	};
+	if inner.mirrored.borrow().len() >= inner.config.limits.announces {
+		inner
+			.send(refused(request_code::INTERNAL_ERROR, "too many namespaces"))
+			.await;
+		return;
+	}
+	let path = Path::new(&namespace.to_path());
+	let broadcast = BroadcastProducer::new();
+	if let Some(pool) = &inner.config.pool {
+		broadcast.set_pool(pool.clone());
+	}
+	broadcast.serve_requests();
+	let route = match inner.config.cluster {
+		true => Route::cluster(Vec::new()),
+		false => Route::new(Vec::new()),
+	};
+	let Ok(publication) = origin.publish(&path, broadcast.consume(), route) else {
+		inner
+			.send(refused(
+				request_code::UNAUTHORIZED,
+				"outside what this session may publish",
+			))
+			.await;
+		return;
+	};
+	inner.send(Message::PublishNamespaceOk(request_id)).await;
+	let tracks = Task(kio::spawn(serve_requests(
+		inner.clone(),
+		namespace.clone(),
+		broadcast.clone(),
+	)));
+	let old = inner.mirrored.borrow_mut().insert(
+		namespace,
+		Mirrored {
+			broadcast,
+			_publication: publication,
+			_tracks: tracks,
+		},
+	);
+	if let Some(old) = old {
+		old.broadcast.finish();
+	}
+}
+
+/// Fetches each track asked of a mirrored broadcast from the peer, at most the session's track
+/// requests at once.
+async fn serve_requests<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	namespace: Namespace,
+	broadcast: BroadcastProducer,
+) {
+	let mut running: Vec<Task> = Vec::new();
+	while let Some(track) = broadcast.requested_track().await {
+		running.retain(|task| !task.0.is_finished());
+		if inner.upstream.borrow().len() + inner.pending.borrow().len() >= inner.config.limits.track_requests {
+			broadcast.remove_track(&track);
+			track.abort(model::Error::BoundsExceeded);
+			continue;
+		}
+		running.push(Task(kio::spawn(forward(
+			inner.clone(),
+			namespace.clone(),
+			broadcast.clone(),
+			track,
+		))));
+	}
+}
+
+async fn forward<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	namespace: Namespace,
+	broadcast: BroadcastProducer,
+	track: TrackProducer,
+) {
+	let Some(request_id) = inner.our_request_id() else {
+		broadcast.remove_track(&track);
+		track.abort(model::Error::BoundsExceeded);
+		return;
+	};
+	let waiting = Queue::bounded(1);
+	inner
+		.pending
+		.borrow_mut()
+		.insert(request_id, (track.clone(), waiting.clone()));
+	let subscribe = Subscribe {
+		request_id,
+		namespace,
+		name: track.name(),
+		subscriber_priority: 128,
+		group_order: 0,
+		forward: true,
+		filter: Filter::LargestObject,
+		params: Parameters::default(),
+	};
+	inner.send(Message::Subscribe(subscribe)).await;
+	let answer = waiting.pop().await;
+	inner.pending.borrow_mut().remove(&request_id);
+	let alias = match answer {
+		Some(Reply::Subscribed(ok)) => ok.track_alias,
+		Some(Reply::Refused(error)) => {
+			tracing::debug!(code = error.code, reason = %error.reason, "ietf: a SUBSCRIBE refused");
+			broadcast.remove_track(&track);
+			track.abort(model::Error::NotFound);
+			return;
+		}
+		None => return,
+	};
+	if !track.has_info() {
+		track.set_info(TrackInfo::default());
+	}
+	// Until nobody wants it (or it ended).
+	kio::wait(|w| track.poll_unused(w)).await;
+	if inner.upstream.borrow_mut().remove(&alias).is_some() {
+		inner.send(Message::Unsubscribe(request_id)).await;
+	}
+	broadcast.remove_track(&track);
+}
+
+/// Takes the peer's subgroup streams.
+async fn accept_streams<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+	let mut running: Vec<Task> = Vec::new();
+	loop {
+		let Ok(recv) = inner.transport.accept_uni().await else {
+			return;
+		};
+		running.retain(|task| !task.0.is_finished());
+		running.push(Task(kio::spawn(ingest(inner.clone(), recv))));
+	}
+}
+
+async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::RecvHalf) {
+	let mut reader = Reader::new(recv);
+	if let Err(err) = read_subgroup(&inner, &mut reader).await {
+		match err {
+			Error::Protocol(..) => inner.fail(&err),
+			Error::Transport(_) => reader.recv.stop(0),
+		}
+	}
+}
+
+/// How long a subgroup stream whose alias we do not know waits for the SUBSCRIBE_OK naming it
+/// (it travels on another stream, and may come second), while a SUBSCRIBE of ours is unanswered.
+const ALIAS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The track of `alias`, waiting for it while one of our SUBSCRIBEs is unanswered.
+async fn upstream_track<T: Transport + 'static>(inner: &Inner<T>, alias: u64) -> Option<TrackProducer> {
+	let aliases = inner.aliases.consume();
+	let deadline = kio::time::now() + ALIAS_WAIT;
+	loop {
+		if let Some(upstream) = inner.upstream.borrow().get(&alias) {
+			return Some(upstream.track.clone());
+		}
+		if inner.pending.borrow().is_empty() {
+			return None;
+		}
+		let seen = *aliases.read();
+		let changed = aliases.wait(|count| match *count != seen {
+			true => std::task::Poll::Ready(()),
+			false => std::task::Poll::Pending,
+		});
+		if let kio::Either::Right(()) = kio::race(changed, kio::time::sleep_until(deadline)).await {
+			return None;
+		}
+	}
+}
+
+/// Arrival time in milliseconds since the Unix epoch: draft-14's objects carry no timestamp.
+fn arrival_millis() -> u64 {
+	let now = std::time::SystemTime::now()
+		.duration_since(std::time::UNIX_EPOCH)
+		.unwrap_or_default();
+	now.as_millis() as u64
+}
+
+async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
+	inner: &Inner<T>,
+	reader: &mut Reader<R>,
+) -> Result<(), Error> {
+	let Some(header) = reader
+		.decode(|buf| {
+			// A stream of another type is not ours to read (FETCH_HEADER: we never fetch).
+			let mut peek = *buf;
+			let kind = crate::coding::decode_varint(&mut peek)?;
+			if !SubgroupHeader::is_type(kind) {
+				return Err(DecodeError::UnexpectedStream(kind));
+			}
+			SubgroupHeader::decode(buf)
+		})
+		.await?
+	else {
+		return Ok(());
+	};
+	let Some(track) = upstream_track(inner, header.track_alias).await else {
+		// A late stream of a subscription we ended, or of none: not read.
+		reader.recv.stop(1);
+		return Ok(());
+	};
+	let Ok(mut group) = track.create_group(header.group) else {
+		if let Some(counters) = &inner.config.counters {
+			counters.groups_lost[crate::lite::session::GroupLoss::Refused as usize].fetch_add(1, Ordering::Relaxed);
+		}
+		reader.recv.stop(1);
+		return Ok(());
+	};
+	if let Some(counters) = &inner.config.counters {
+		counters.groups_in.fetch_add(1, Ordering::Relaxed);
+	}
+	let timescale = track.info().timescale;
+	loop {
+		let object = reader
+			.decode(|buf| ObjectHeader::decode(buf, header.extensions))
+			.await?;
+		let Some(object) = object else {
+			let _ = group.finish();
+			return Ok(());
+		};
+		if object.length > MAX_OBJECT {
+			group.abort(model::Error::TooLarge);
+			return Err(violation("an object past our size"));
+		}
+		if object.status != status::NORMAL {
+			// End of group or track, or an object that does not exist: nothing to store.
+			continue;
+		}
+		let payload = reader.read_exact(object.length as usize).await?;
+		if let Some(counters) = &inner.config.counters {
+			counters.bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
+		}
+		let stamp = arrival_millis().saturating_mul(timescale) / 1000;
+		if group
+			.write_frame(Frame::new(Timestamp::new(stamp, timescale), payload))
+			.is_err()
+		{
+			reader.recv.stop(1);
+			return Ok(());
+		}
+	}
+}

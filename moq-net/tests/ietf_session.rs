@@ -1,0 +1,144 @@
+//! draft-14 sessions over the in-memory transport: a client publishing into a relay's origin and
+//! another watching from it, version negotiation, and bad bytes on the control stream. Every wait
+//! is on the model or the transport; the nextest timeout turns a lost wake into a failure.
+
+use moq_net::coding::Encode;
+use moq_net::ietf::message::{Message, Parameters};
+use moq_net::ietf::session::{self, Session};
+use moq_net::ietf::{DRAFT_14, code};
+use moq_net::lite::session::Config;
+use moq_net::model::Origin;
+use moq_net::test_support::{announced, local_broadcast, publish, take, video};
+use moq_net::transport::memory::{self, Memory};
+use moq_net::transport::{SendStreamExt, TransportExt};
+use moq_net::{Path, Subscription};
+
+/// Connects a draft-14 client to the relay origin: (client session, relay-side session).
+async fn connect(
+	relay: &Origin,
+	path: &str,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> (Session<Memory>, Session<Memory>) {
+	let (client_end, relay_end) = memory::pair();
+	let config = Config::default();
+	let grant = session::initial_grant(&config, session::Side::Client);
+	let relay_end2 = relay_end.clone();
+	let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+	let server_grant = session::initial_grant(&config, session::Side::Server);
+	let (control, peer) = session::connect(&client_end, Some(path), server_grant)
+		.await
+		.expect("client setup");
+	let (relay_control, relay_peer) = accept.await.unwrap().expect("relay setup");
+	assert_eq!(relay_peer.path.as_deref(), Some(path));
+	assert!(peer.max_request_id > 0, "the relay grants request ids");
+	let root = Path::new(path);
+	let relay_side = session::start(
+		relay_end,
+		relay_control,
+		Config::default(),
+		relay_peer,
+		Some(relay.consumer().with_root(&root)),
+		Some(relay.producer().with_root(&root)),
+	);
+	let client_side = session::start(
+		client_end,
+		control,
+		Config::default(),
+		peer,
+		publish.map(Origin::consumer),
+		subscribe.map(Origin::producer),
+	);
+	(client_side, relay_side)
+}
+
+#[test]
+fn a_publisher_and_a_viewer_meet_through_the_relay() {
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let publisher_origin = Origin::new(1);
+		let (_broadcast, track, _publication) =
+			local_broadcast(&publisher_origin, "clock", video(std::time::Duration::from_secs(30), 0));
+		let _publisher = connect(&relay, "demo", Some(&publisher_origin), None).await;
+		// The relay asked for the publisher's namespaces and took them.
+		announced(&relay, "demo/clock").await;
+
+		let viewer_origin = Origin::new(2);
+		let _viewer = connect(&relay, "demo", None, Some(&viewer_origin)).await;
+		let mut cursor = announced(&viewer_origin, "clock")
+			.await
+			.subscribe_track("video", Subscription::default())
+			.unwrap();
+		// The viewer's SUBSCRIBE reached the relay, whose SUBSCRIBE reached the publisher.
+		track.used().await;
+		for sequence in 0..10 {
+			publish(&track, sequence);
+		}
+		assert_eq!(take(&mut cursor, 10).await, (0..10).map(|s| (s, s)).collect::<Vec<_>>());
+	});
+}
+
+#[test]
+fn a_broadcast_that_ends_is_withdrawn_from_the_viewer() {
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let publisher_origin = Origin::new(1);
+		let (broadcast, _track, publication) =
+			local_broadcast(&publisher_origin, "clock", video(std::time::Duration::from_secs(30), 0));
+		let _publisher = connect(&relay, "", Some(&publisher_origin), None).await;
+		let viewer_origin = Origin::new(2);
+		let _viewer = connect(&relay, "", None, Some(&viewer_origin)).await;
+		let seen = announced(&viewer_origin, "clock").await;
+		drop(publication);
+		broadcast.finish();
+		// PUBLISH_NAMESPACE_DONE travelled publisher → relay → viewer.
+		let _ = seen.closed().await;
+	});
+}
+
+#[test]
+fn a_client_without_draft_14_is_refused_and_bad_control_bytes_close_the_session() {
+	kio::block_on(async {
+		let config = Config::default();
+		// CLIENT_SETUP offering only draft-15's number.
+		let (client_end, relay_end) = memory::pair();
+		let accept = kio::spawn(async move { session::accept(&relay_end, 100).await.err() });
+		let (mut send, _recv) = client_end.open_bi().await.unwrap();
+		let mut hello = Vec::new();
+		Message::ClientSetup {
+			versions: vec![0xff00_000f],
+			params: Parameters::default(),
+		}
+		.encode(&mut hello);
+		send.write(hello.into()).await.unwrap();
+		assert_eq!(
+			accept.await.unwrap(),
+			Some(session::Error::Protocol(
+				code::VERSION_NEGOTIATION_FAILED,
+				"no version in common"
+			))
+		);
+
+		// A session whose peer sends bytes that are no message closes with PROTOCOL_VIOLATION.
+		let (client_end, relay_end) = memory::pair();
+		let grant = session::initial_grant(&config, session::Side::Client);
+		let relay_end2 = relay_end.clone();
+		let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+		let (mut send, _recv) = client_end.open_bi().await.unwrap();
+		let mut hello = Vec::new();
+		Message::ClientSetup {
+			versions: vec![DRAFT_14],
+			params: Parameters::default().with_int(0x2, 100),
+		}
+		.encode(&mut hello);
+		send.write(hello.into()).await.unwrap();
+		let (control, peer) = accept.await.unwrap().unwrap();
+		let relay = Origin::new(100);
+		let _session = session::start(relay_end.clone(), control, config, peer, Some(relay.consumer()), None);
+		// A SUBSCRIBE whose forward byte is 7.
+		send.write(vec![0x03, 0x00, 0x08, 0x00, 0x00, 0x01, 0x61, 0x80, 0x00, 0x07, 0x02].into())
+			.await
+			.unwrap();
+		assert_eq!(relay_end.closed().await, code::PROTOCOL_VIOLATION);
+	});
+}
