@@ -41,6 +41,7 @@ use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subsc
 use super::{DRAFT_14, code, done_code, request_code};
 use crate::coding::{Decode, DecodeError, Encode};
 use crate::lite::session::Config;
+use crate::lite::session::TRACK_IDLE_LINGER;
 use crate::model::{
 	self, BroadcastProducer, Frame, OriginConsumer, OriginProducer, Path, Publication, Route, Subscription, Timestamp,
 	TrackConsumer, TrackInfo, TrackProducer,
@@ -366,13 +367,23 @@ impl<T: Transport + 'static> Inner<T> {
 		Ok(())
 	}
 
-	/// Grants the peer more request ids once it used half of the window.
+	/// The peer's requests that hold something here: its subscriptions, namespace subscriptions
+	/// and published namespaces.
+	fn live_requests(&self) -> usize {
+		self.subscriptions.borrow().len() + self.announcers.borrow().len() + self.mirrored.borrow().len()
+	}
+
+	/// Grants the peer request ids for as many requests as it may hold live beside those it
+	/// holds ([`request_limit`]): a peer holding its limit gets none until some end, and one more
+	/// is TOO_MANY_REQUESTS. Sent in steps of an eighth of the limit, not one message a request.
 	async fn regrant(&self) {
-		let window = grant_window(&self.config);
-		if self.expected.get() + window / 2 > self.granted.get() {
-			let granted = self.expected.get() + window;
-			self.granted.set(granted);
-			self.send(Message::MaxRequestId(granted)).await;
+		let limit = request_limit(&self.config);
+		let room = limit.saturating_sub(self.live_requests() as u64);
+		let want = self.expected.get() + 2 * room;
+		let step = 2 * (limit / 8).max(1);
+		if want >= self.granted.get() + step {
+			self.granted.set(want);
+			self.send(Message::MaxRequestId(want)).await;
 		}
 	}
 
@@ -387,21 +398,20 @@ impl<T: Transport + 'static> Inner<T> {
 	}
 }
 
-/// Request ids granted at a time: room for every subscription the session may hold and as many
-/// other requests, in the parity the peer uses.
-fn grant_window(config: &Config) -> u64 {
-	(config.limits.subscriptions.min(1 << 20) as u64)
-		.saturating_mul(4)
-		.max(16)
+/// Requests the peer may hold live at once (subscriptions, namespace subscriptions, published
+/// namespaces, all together): the session's subscription limit.
+fn request_limit(config: &Config) -> u64 {
+	config.limits.subscriptions.clamp(1, 1 << 20) as u64
 }
 
-/// What to grant the peer in SETUP.
+/// What to grant a peer on `peer_side` in SETUP: ids for as many requests as it may hold live
+/// (the session's subscription limit), in its parity.
 pub fn initial_grant(config: &Config, peer_side: Side) -> u64 {
 	let first = match peer_side {
 		Side::Client => 0,
 		Side::Server => 1,
 	};
-	first + grant_window(config)
+	first + 2 * request_limit(config)
 }
 
 /// A running session. Dropping it closes the transport and stops its tasks.
@@ -483,8 +493,10 @@ pub fn start<T: Transport + Clone + 'static>(
 
 async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T::SendHalf) {
 	while let Some(message) = inner.out.pop().await {
-		if let Err(err) = write(&mut send, &message).await {
-			inner.fail(&err);
+		if write(&mut send, &message).await.is_err() {
+			// The peer stopped (or reset) the control stream, which may not end with the session
+			// live; a connection already closed keeps its own code.
+			inner.fail(&violation("the control stream was stopped"));
 			return;
 		}
 	}
@@ -969,10 +981,52 @@ async fn forward<T: Transport + 'static>(
 	broadcast: BroadcastProducer,
 	track: TrackProducer,
 ) {
+	// A draft-14 track has no info to ask for: what moq-lite assumes of a track without it.
+	if !track.has_info() {
+		track.set_info(TrackInfo::default());
+	}
+	// As moq-lite's: one upstream SUBSCRIBE per period of demand, until the track has had no
+	// demand for a while (a TRACK request's cursor that goes before the SUBSCRIBE that follows
+	// it does not cost an UNSUBSCRIBE and a SUBSCRIBE, and the groups published between them).
+	loop {
+		let mut linger = kio::time::Deadline::new(Some(kio::time::now() + TRACK_IDLE_LINGER));
+		let idle = kio::wait(|waiter| {
+			if track.poll_used(waiter).is_ready() {
+				return std::task::Poll::Ready(false);
+			}
+			linger.poll_elapsed(waiter).map(|()| true)
+		})
+		.await;
+		if idle || track.is_ended() {
+			break;
+		}
+		if track.subscription().is_none() {
+			continue;
+		}
+		match subscribe_upstream(&inner, &namespace, &track).await {
+			Ok(()) => {}
+			Err(error) => {
+				tracing::debug!(code = error.code, reason = %error.reason, "ietf: a SUBSCRIBE refused");
+				track.abort(model::Error::NotFound);
+				break;
+			}
+		}
+	}
+	broadcast.remove_track(&track);
+}
+
+/// One upstream SUBSCRIBE, until demand ends (UNSUBSCRIBE) or the peer ends it (PUBLISH_DONE).
+async fn subscribe_upstream<T: Transport + 'static>(
+	inner: &Rc<Inner<T>>,
+	namespace: &Namespace,
+	track: &TrackProducer,
+) -> Result<(), RequestError> {
 	let Some(request_id) = inner.our_request_id() else {
-		broadcast.remove_track(&track);
-		track.abort(model::Error::BoundsExceeded);
-		return;
+		return Err(RequestError {
+			request_id: 0,
+			code: request_code::INTERNAL_ERROR,
+			reason: "the peer's grant of request ids is spent".into(),
+		});
 	};
 	let waiting = Queue::bounded(1);
 	inner
@@ -981,7 +1035,7 @@ async fn forward<T: Transport + 'static>(
 		.insert(request_id, (track.clone(), waiting.clone()));
 	let subscribe = Subscribe {
 		request_id,
-		namespace,
+		namespace: namespace.clone(),
 		name: track.name(),
 		subscriber_priority: 128,
 		group_order: 0,
@@ -994,23 +1048,35 @@ async fn forward<T: Transport + 'static>(
 	inner.pending.borrow_mut().remove(&request_id);
 	let alias = match answer {
 		Some(Reply::Subscribed(ok)) => ok.track_alias,
-		Some(Reply::Refused(error)) => {
-			tracing::debug!(code = error.code, reason = %error.reason, "ietf: a SUBSCRIBE refused");
-			broadcast.remove_track(&track);
-			track.abort(model::Error::NotFound);
-			return;
-		}
-		None => return,
+		Some(Reply::Refused(error)) => return Err(error),
+		None => return Ok(()),
 	};
-	if !track.has_info() {
-		track.set_info(TrackInfo::default());
+	let mut seen = 0;
+	loop {
+		let demand = kio::wait(|waiter| {
+			if track.is_ended() || !inner.upstream.borrow().contains_key(&alias) {
+				// PUBLISH_DONE, or the track's end.
+				return std::task::Poll::Ready(None);
+			}
+			track.poll_subscription_changed(waiter, &mut seen).map(Some)
+		})
+		.await;
+		match demand {
+			// Ended upstream.
+			None => return Ok(()),
+			Some(Some(_)) => {}
+			// Nobody downstream wants it: UNSUBSCRIBE, and start the cache over (the next
+			// subscription's groups may be numbered afresh), unless someone came back meanwhile.
+			Some(None) => {
+				if track.start_over() {
+					if inner.upstream.borrow_mut().remove(&alias).is_some() {
+						inner.send(Message::Unsubscribe(request_id)).await;
+					}
+					return Ok(());
+				}
+			}
+		}
 	}
-	// Until nobody wants it (or it ended).
-	kio::wait(|w| track.poll_unused(w)).await;
-	if inner.upstream.borrow_mut().remove(&alias).is_some() {
-		inner.send(Message::Unsubscribe(request_id)).await;
-	}
-	broadcast.remove_track(&track);
 }
 
 /// Takes the peer's subgroup streams.

@@ -49,6 +49,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub use backoff::{BACKOFF_MAX, BACKOFF_MIN, Backoff};
+use moq_net::ietf;
 use moq_net::lite::Role;
 use moq_net::lite::session::{self, PeerSetup};
 use moq_net::model::{OriginConsumer, OriginProducer};
@@ -95,6 +96,30 @@ pub struct Client {
 	trust: Trust,
 	sockets: Sockets,
 	idle_timeout: Option<Duration>,
+	protocol: Protocol,
+}
+
+/// Which protocol a client speaks over raw QUIC (`moqt://`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+	/// moq-lite-05 (ALPN `moq-lite-05`).
+	#[default]
+	Lite,
+	/// IETF moq-transport draft-14 (ALPN `moq-00`, the version chosen in CLIENT_SETUP).
+	Draft14,
+}
+
+impl std::str::FromStr for Protocol {
+	type Err = String;
+
+	/// `moq-lite-05` or `moq-transport-14` (the public clients' names for them).
+	fn from_str(text: &str) -> Result<Self, String> {
+		match text {
+			"moq-lite-05" | "lite" => Ok(Self::Lite),
+			"moq-transport-14" | "draft-14" => Ok(Self::Draft14),
+			other => Err(format!("{other}: not moq-lite-05 or moq-transport-14")),
+		}
+	}
 }
 
 impl Default for Client {
@@ -115,7 +140,14 @@ impl Client {
 			trust: Trust::FetchFingerprint,
 			sockets: Sockets::Own,
 			idle_timeout: None,
+			protocol: Protocol::Lite,
 		}
+	}
+
+	/// Speaks `protocol` over raw QUIC (`moqt://` URLs; the others are moq-lite's).
+	pub fn protocol(mut self, protocol: Protocol) -> Self {
+		self.protocol = protocol;
+		self
 	}
 
 	/// This client's id in hop chains (0: none).
@@ -198,12 +230,36 @@ impl Client {
 			return self.connect_qmux(url, addr, &verification).await;
 		}
 		let endpoint = self.endpoint_for(addr)?;
-		let alpn = match url.scheme {
-			Scheme::Moqt => moq_quic::ALPN_MOQ_LITE_05,
+		let alpn = match (url.scheme, self.protocol) {
+			(Scheme::Moqt, Protocol::Lite) => moq_quic::ALPN_MOQ_LITE_05,
+			(Scheme::Moqt, Protocol::Draft14) => ietf::ALPN_DRAFT_14,
 			_ => h3::ALPN,
 		};
 		let connection = handshake(&endpoint, addr, url, &verification, alpn).await?;
 		let (peer, protocol, inner) = match url.scheme {
+			Scheme::Moqt if self.protocol == Protocol::Draft14 => {
+				let config = self.config(None);
+				let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
+				let (control, setup) = ietf::session::connect(&connection, Some(&url.path), grant)
+					.await
+					.context("CLIENT_SETUP")?;
+				let session = ietf::session::start(
+					connection.clone(),
+					control,
+					config,
+					setup,
+					self.publish.clone(),
+					self.subscribe.clone(),
+				);
+				let protocol = String::from_utf8_lossy(alpn).into_owned();
+				// A draft's SETUP carries neither a role nor an origin id.
+				let peer = PeerSetup {
+					path: None,
+					role: Role::Both,
+					origin: 0,
+				};
+				(peer, Some(protocol), Inner::Ietf { connection, session })
+			}
 			Scheme::Moqt => {
 				let (session, peer) = self.start(&connection, Some(url.path.clone())).await?;
 				let protocol = String::from_utf8_lossy(alpn).into_owned();
@@ -390,6 +446,11 @@ enum Inner {
 		connection: Connection,
 		session: session::Session<Connection>,
 	},
+	/// IETF moq-transport draft-14 over raw QUIC.
+	Ietf {
+		connection: Connection,
+		session: ietf::session::Session<Connection>,
+	},
 	WebTransport {
 		transport: WebTransport,
 		session: session::Session<WebTransport>,
@@ -409,6 +470,7 @@ impl Session {
 	pub async fn closed(&self) -> u64 {
 		match &self.inner {
 			Inner::Quic { session, .. } => session.closed().await,
+			Inner::Ietf { session, .. } => session.closed().await,
 			Inner::WebTransport { session, .. } => session.closed().await,
 			Inner::Qmux { session, .. } => session.closed().await,
 		}
@@ -418,6 +480,7 @@ impl Session {
 	pub fn close(&self, code: u64) {
 		match &self.inner {
 			Inner::Quic { session, .. } => session.close(code),
+			Inner::Ietf { session, .. } => session.close(code),
 			Inner::WebTransport { session, .. } => session.close(code),
 			Inner::Qmux { session, .. } => session.close(code),
 		}
@@ -438,7 +501,7 @@ impl Session {
 	/// `websocket`, `websocket-tls`, `qmux-tls` or `qmux-tcp`.
 	pub fn transport(&self) -> &'static str {
 		match &self.inner {
-			Inner::Quic { .. } => "quic",
+			Inner::Quic { .. } | Inner::Ietf { .. } => "quic",
 			Inner::WebTransport { .. } => "webtransport",
 			Inner::Qmux { transport, .. } => transport,
 		}
@@ -451,7 +514,7 @@ impl Session {
 	/// For a session over a WebSocket (`ws://`), which has none: see [`qmux`](Self::qmux).
 	pub fn connection(&self) -> &Connection {
 		match &self.inner {
-			Inner::Quic { connection, .. } => connection,
+			Inner::Quic { connection, .. } | Inner::Ietf { connection, .. } => connection,
 			Inner::WebTransport { transport, .. } => transport.connection(),
 			Inner::Qmux { .. } => panic!("a session over a WebSocket has no QUIC connection"),
 		}
@@ -460,7 +523,7 @@ impl Session {
 	/// The QUIC connection under the session, if it has one (not over a WebSocket).
 	pub fn quic_connection(&self) -> Option<&Connection> {
 		match &self.inner {
-			Inner::Quic { connection, .. } => Some(connection),
+			Inner::Quic { connection, .. } | Inner::Ietf { connection, .. } => Some(connection),
 			Inner::WebTransport { transport, .. } => Some(transport.connection()),
 			Inner::Qmux { .. } => None,
 		}
@@ -484,7 +547,7 @@ impl Session {
 	pub fn webtransport(&self) -> Option<&WebTransport> {
 		match &self.inner {
 			Inner::WebTransport { transport, .. } => Some(transport),
-			Inner::Quic { .. } | Inner::Qmux { .. } => None,
+			Inner::Quic { .. } | Inner::Ietf { .. } | Inner::Qmux { .. } => None,
 		}
 	}
 }

@@ -55,6 +55,9 @@ struct Args {
 	/// became unreachable says nothing): the QUIC idle timeout, with keep-alives at a third of it.
 	#[arg(long, global = true, value_name = "DURATION", default_value = "30s")]
 	idle_timeout: Span,
+	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF draft moq-transport-14.
+	#[arg(long, global = true, value_name = "VERSION", default_value = "moq-lite-05")]
+	version: moq_client::Protocol,
 }
 
 #[derive(Subcommand, Debug)]
@@ -190,6 +193,7 @@ async fn session(
 	let client = Client::new()
 		.origin(local.id())
 		.trust(trust(args)?)
+		.protocol(args.version)
 		.idle_timeout(args.idle_timeout.0);
 	// A fresh origin per session for a viewer: nothing mirrored from a relay that went stays behind.
 	let viewer = Origin::new(local.id());

@@ -43,6 +43,7 @@ mod io;
 mod publisher;
 pub(crate) use publisher::stream_priority;
 mod subscriber;
+pub(crate) use subscriber::TRACK_IDLE_LINGER;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};

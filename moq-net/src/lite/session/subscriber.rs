@@ -430,7 +430,7 @@ impl Drop for Serving<'_> {
 /// info, if nobody subscribes): a viewer that comes back within it finds the track and its info
 /// (its cache went with the upstream subscription that filled it); past it the track ends and
 /// its name is forgotten, so names asked for once are not kept.
-pub(super) const TRACK_IDLE_LINGER: Duration = Duration::from_secs(10);
+pub(crate) const TRACK_IDLE_LINGER: Duration = Duration::from_secs(10);
 
 async fn forward<T: Transport + 'static>(
 	inner: Rc<Inner<T>>,

@@ -1,0 +1,232 @@
+//! The relay serving IETF moq-transport draft-14 (ALPN `moq-00`) beside moq-lite, from one
+//! origin: draft-14 publishers watched by moq-lite viewers and the other way round, auth from
+//! CLIENT_SETUP's PATH, and hostile draft-14 peers (a request id out of turn, requests past the
+//! grant, bytes that are no message) closed with the draft's codes while a healthy pair keeps
+//! receiving.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use moq_client::Protocol;
+use moq_net::coding::Encode;
+use moq_net::ietf::message::{Filter, Message, Namespace, Parameters, Subscribe};
+use moq_net::ietf::{DRAFT_14, code};
+use moq_net::model::Origin;
+use moq_net::transport::{SendStreamExt, TransportExt};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn connect(
+	relay: &Relay,
+	endpoint: &moq_quic::Endpoint,
+	protocol: Protocol,
+	path: &str,
+	id: u64,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> anyhow::Result<moq_client::Session> {
+	let mut client = relay.client(endpoint).origin(id).protocol(protocol);
+	if let Some(publish) = publish {
+		client = client.publish(publish.consumer());
+	}
+	if let Some(subscribe) = subscribe {
+		client = client.subscribe(subscribe.producer());
+	}
+	client.connect_to(&relay.url(path), relay.bound.quic).await
+}
+
+#[test]
+fn draft_14_and_moq_lite_clients_watch_each_other() {
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let pairs = [
+			(Protocol::Draft14, Protocol::Lite),
+			(Protocol::Lite, Protocol::Draft14),
+			(Protocol::Draft14, Protocol::Draft14),
+		];
+		for (index, (publishing, viewing)) in pairs.into_iter().enumerate() {
+			let id = 10 * index as u64;
+			let name = format!("pair{index}");
+			let publisher_origin = Origin::new(id + 1);
+			let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, &name);
+			let publisher = connect(
+				&relay,
+				&endpoint,
+				publishing,
+				"/",
+				id + 1,
+				Some(&publisher_origin),
+				None,
+			);
+			let publisher = within(LIMIT, "the publisher", publisher).await.unwrap();
+			let expected = match publishing {
+				Protocol::Draft14 => "moq-00",
+				Protocol::Lite => "moq-lite-05",
+			};
+			assert_eq!(publisher.protocol(), Some(expected));
+			let viewer_origin = Origin::new(id + 2);
+			let viewer = connect(&relay, &endpoint, viewing, "/", id + 2, None, Some(&viewer_origin));
+			let _viewer = within(LIMIT, "the viewer", viewer).await.unwrap();
+			let mut cursor = within(LIMIT, "announced", announced(&viewer_origin, &name))
+				.await
+				.subscribe_track("video", sub())
+				.unwrap();
+			within(LIMIT, "the track asked for", track.used()).await;
+			for sequence in 0..20 {
+				publish(&track, sequence);
+			}
+			let what = format!("every group, {publishing:?} → {viewing:?}");
+			let got = within(LIMIT, &what, take(&mut cursor, 20)).await;
+			assert_eq!(
+				got,
+				(0..20).map(|s| (s, s)).collect::<Vec<_>>(),
+				"{publishing:?} → {viewing:?}"
+			);
+		}
+	});
+}
+
+#[test]
+fn a_draft_14_client_is_authorized_by_its_setup_path() {
+	let key = b"ietf-test-key-of-32-bytes-long!!";
+	let keys = KeyFile::hs256("ietf", key);
+	let auth = moq_relay::auth::AuthConfig {
+		key_file: Some(keys.0.clone()),
+		anonymous: moq_relay::auth::Anonymous::none(),
+	};
+	let relay = Relay::start_with(1, auth);
+	let claims = serde_json::json!({"root": "", "get": [""], "put": [""], "exp": 4_000_000_000u64});
+	let token = moq_relay::auth::sign_hs256(&claims, key);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let origin = Origin::new(1);
+		// Without a token: the connection is closed with the draft's UNAUTHORIZED.
+		let refused = connect(&relay, &endpoint, Protocol::Draft14, "/", 1, None, Some(&origin)).await;
+		// SERVER_SETUP comes before the grant is checked, so the client's setup may finish first.
+		if let Ok(session) = refused {
+			let conn = session.connection().clone();
+			assert_eq!(
+				within(LIMIT, "the refusal", close_code(&conn)).await,
+				code::UNAUTHORIZED
+			);
+		}
+		let path = format!("/?jwt={token}");
+		let admitted = connect(&relay, &endpoint, Protocol::Draft14, &path, 1, None, Some(&origin));
+		let session = within(LIMIT, "the admitted session", admitted).await.unwrap();
+		assert_eq!(session.protocol(), Some("moq-00"));
+	});
+}
+
+/// A raw draft-14 connection to the relay, its CLIENT_SETUP sent and SERVER_SETUP read: the
+/// connection and its control stream (the receiving half kept open, unread).
+async fn raw_draft_14(
+	relay: &Relay,
+	endpoint: &moq_quic::Endpoint,
+) -> (moq_quic::Connection, moq_quic::MoqSend, moq_quic::MoqRecv) {
+	let conn = quic_to(
+		endpoint,
+		relay.bound.quic,
+		&relay.verification(),
+		moq_net::ietf::ALPN_DRAFT_14,
+	)
+	.await;
+	let (mut send, mut recv) = TransportExt::open_bi(&conn).await.unwrap();
+	let mut hello = Vec::new();
+	Message::ClientSetup {
+		versions: vec![DRAFT_14],
+		params: Parameters::default()
+			.with_bytes(0x1, Bytes::from_static(b"/"))
+			.with_int(0x2, 100),
+	}
+	.encode(&mut hello);
+	send.write(hello.into()).await.unwrap();
+	let mut answer = Vec::new();
+	let server = loop {
+		use moq_net::coding::Decode;
+		if let Ok(message) = Message::decode(&mut &answer[..]) {
+			break message;
+		}
+		let chunk = moq_net::transport::RecvStreamExt::read(&mut recv)
+			.await
+			.unwrap()
+			.expect("SERVER_SETUP");
+		answer.extend_from_slice(&chunk);
+	};
+	let Message::ServerSetup { version, params } = server else {
+		panic!("no SERVER_SETUP: {server:?}");
+	};
+	assert_eq!(version, DRAFT_14);
+	assert!(params.int(0x2).is_some_and(|max| max > 0), "request ids granted");
+	(conn, send, recv)
+}
+
+fn subscribe(request_id: u64) -> Message {
+	Message::Subscribe(Subscribe {
+		request_id,
+		namespace: Namespace(vec!["nothing".into()]),
+		name: "here".into(),
+		subscriber_priority: 0,
+		group_order: 0,
+		forward: true,
+		filter: Filter::LargestObject,
+		params: Parameters::default(),
+	})
+}
+
+#[test]
+fn hostile_draft_14_peers_are_closed_with_the_drafts_codes() {
+	let relay = Relay::start(1);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		let mut healthy = Healthy::new(&relay, &endpoint).await;
+		let limit = moq_relay::limits::Limits::default().session.subscriptions as u64;
+		let cases: [(&str, Vec<Message>, u64); 3] = [
+			("a request id out of turn", vec![subscribe(4)], code::INVALID_REQUEST_ID),
+			(
+				"requests past the grant",
+				// As many namespace subscriptions as a session may hold live, then one more request.
+				(0..=limit)
+					.map(|i| Message::SubscribeNamespace {
+						request_id: 2 * i,
+						prefix: Namespace(vec![format!("p{i}")]),
+						params: Parameters::default(),
+					})
+					.collect(),
+				code::TOO_MANY_REQUESTS,
+			),
+			(
+				"a second CLIENT_SETUP",
+				vec![Message::ClientSetup {
+					versions: vec![DRAFT_14],
+					params: Parameters::default(),
+				}],
+				code::PROTOCOL_VIOLATION,
+			),
+		];
+		for (what, messages, expected) in cases {
+			let (conn, mut send, _recv) = raw_draft_14(&relay, &endpoint).await;
+			let mut bytes = Vec::new();
+			for message in &messages {
+				message.encode(&mut bytes);
+			}
+			// The relay may close before it took everything.
+			let _ = send.write(bytes.into()).await;
+			assert_eq!(within(LIMIT, what, close_code(&conn)).await, expected, "{what}");
+			healthy.still_receives().await;
+		}
+		// Bytes that are no message: a SUBSCRIBE whose forward flag is 7.
+		let (conn, mut send, _recv) = raw_draft_14(&relay, &endpoint).await;
+		let _ = send
+			.write(vec![0x03, 0x00, 0x08, 0x00, 0x00, 0x01, 0x61, 0x80, 0x00, 0x07, 0x02].into())
+			.await;
+		assert_eq!(
+			within(LIMIT, "bad bytes", close_code(&conn)).await,
+			code::PROTOCOL_VIOLATION
+		);
+		healthy.still_receives().await;
+	});
+}
