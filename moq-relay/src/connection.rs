@@ -167,26 +167,8 @@ async fn open_ietf(
 	let remote = conn.remote_address();
 	let deadline = kio::time::now() + relay.limits.setup_timeout;
 	let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
-	let (control, peer) = match race(
-		ietf::session::accept(&conn, grant_ids),
-		kio::time::sleep_until(deadline),
-	)
-	.await
-	{
-		Either::Left(Ok(opened)) => opened,
-		Either::Left(Err(err)) => {
-			debug!(%remote, %err, "ietf: setup failed");
-			if let ietf::session::Error::Protocol(code, why) = err {
-				conn.close(code, why);
-			}
-			return None;
-		}
-		Either::Right(()) => {
-			debug!(%remote, "ietf: no CLIENT_SETUP in time");
-			conn.close(ietf::code::CONTROL_MESSAGE_TIMEOUT, "setup timeout");
-			return None;
-		}
-	};
+	let (control, peer) = ietf_setup_by(&conn, grant_ids, deadline, remote).await?;
+
 	let url = peer.path.clone().unwrap_or_default();
 	let Some(grant) = authorize(relay, &url, remote) else {
 		conn.close(ietf::code::UNAUTHORIZED, "unauthorized");
@@ -238,14 +220,31 @@ async fn open_webtransport(
 		);
 		return None;
 	};
-	// The first of the client's sub-protocols we speak (in the client's order); none offered
-	// means moq-lite-05 and its SETUP.
+	// The first of the client's sub-protocols we speak (in the client's order): a moq-lite
+	// version, or draft-14's `moq-00`; none offered means moq-lite-05 and its SETUP.
 	let protocol = request
 		.connect
 		.protocols
 		.iter()
-		.find(|p| Version::from_alpn(p.as_bytes()).is_some())
+		.find(|p| Version::from_alpn(p.as_bytes()).is_some() || p.as_bytes() == ietf::ALPN_DRAFT_14)
 		.cloned();
+	if protocol.as_deref().map(str::as_bytes) == Some(ietf::ALPN_DRAFT_14) {
+		let transport = request.accept(protocol.as_deref());
+		let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
+		let (control, peer) = ietf_setup_by(&transport, grant_ids, deadline, remote).await?;
+		let link = Link {
+			remote,
+			worker,
+			transport: "webtransport",
+		};
+		return Some(Opened {
+			transport,
+			config,
+			peer: PeerSetup::Ietf(Box::new(control), peer),
+			grant,
+			link,
+		});
+	}
 	let mut config = config;
 	config.version = protocol
 		.as_deref()
@@ -268,6 +267,36 @@ async fn open_webtransport(
 		grant,
 		link,
 	})
+}
+
+/// A draft-14 client's CLIENT_SETUP over `transport`, answered, or `None` (logged; closed with
+/// the draft's code) if it fails or has not come by `deadline`.
+async fn ietf_setup_by<T: Transport>(
+	transport: &T,
+	grant_ids: u64,
+	deadline: Instant,
+	remote: SocketAddr,
+) -> Option<(ietf::session::Control<T>, ietf::session::PeerSetup)> {
+	match race(
+		ietf::session::accept(transport, grant_ids),
+		kio::time::sleep_until(deadline),
+	)
+	.await
+	{
+		Either::Left(Ok(opened)) => Some(opened),
+		Either::Left(Err(err)) => {
+			debug!(%remote, %err, "ietf: setup failed");
+			if let ietf::session::Error::Protocol(code, why) = err {
+				transport.close(code, why);
+			}
+			None
+		}
+		Either::Right(()) => {
+			debug!(%remote, "ietf: no CLIENT_SETUP in time");
+			transport.close(ietf::code::CONTROL_MESSAGE_TIMEOUT, "setup timeout");
+			None
+		}
+	}
 }
 
 /// The peer's SETUP over `transport`, or `None` (logged; closed with Timeout when late) if it
