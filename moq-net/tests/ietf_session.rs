@@ -142,3 +142,138 @@ fn a_client_without_draft_14_is_refused_and_bad_control_bytes_close_the_session(
 		assert_eq!(relay_end.closed().await, code::PROTOCOL_VIOLATION);
 	});
 }
+
+/// Reads control messages from `recv` until one `matches`.
+async fn read_until<R: moq_net::transport::RecvStream>(
+	recv: &mut R,
+	buf: &mut Vec<u8>,
+	matches: impl Fn(&Message) -> bool,
+) -> Message {
+	use moq_net::coding::Decode;
+	use moq_net::transport::RecvStreamExt;
+	loop {
+		let mut view = &buf[..];
+		if let Ok(message) = Message::decode(&mut view) {
+			let used = buf.len() - view.len();
+			buf.drain(..used);
+			if matches(&message) {
+				return message;
+			}
+			continue;
+		}
+		let chunk = recv.read().await.unwrap().expect("the relay's control stream");
+		buf.extend_from_slice(&chunk);
+	}
+}
+
+#[test]
+fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
+	use moq_net::ietf::data::{ObjectHeader, SubgroupHeader, SubgroupId};
+	use moq_net::ietf::message::{Namespace, SubscribeOk};
+	use moq_net::lite::session::{Counters, Limits};
+	use std::sync::Arc;
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let counters = Arc::new(Counters::default());
+		let budget = 1 << 20;
+		let config = Config {
+			limits: Limits {
+				partial_bytes: budget,
+				..Limits::default()
+			},
+			counters: Some(counters.clone()),
+			..Config::default()
+		};
+		let (peer_end, relay_end) = memory::pair();
+		let grant = session::initial_grant(&config, session::Side::Client);
+		let relay_end2 = relay_end.clone();
+		let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+		// The hostile peer, by hand: its SETUP, then a namespace.
+		let (mut send, mut recv) = peer_end.open_bi().await.unwrap();
+		let mut out = Vec::new();
+		Message::ClientSetup {
+			versions: vec![DRAFT_14],
+			params: Parameters::default().with_int(0x2, 100),
+		}
+		.encode(&mut out);
+		Message::PublishNamespace {
+			request_id: 0,
+			namespace: Namespace(vec!["x".into()]),
+			params: Parameters::default(),
+		}
+		.encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		let (control, peer) = accept.await.unwrap().unwrap();
+		let _session = session::start(relay_end, control, config, peer, None, Some(relay.producer()));
+		// A viewer asks for a track of it: the relay SUBSCRIBEs, and the peer answers.
+		let cursor = announced(&relay, "x")
+			.await
+			.subscribe_track("t", Subscription::default())
+			.unwrap();
+		let mut buf = Vec::new();
+		let Message::Subscribe(subscribe) =
+			read_until(&mut recv, &mut buf, |m| matches!(m, Message::Subscribe(_))).await
+		else {
+			unreachable!()
+		};
+		let mut out = Vec::new();
+		Message::SubscribeOk(SubscribeOk {
+			request_id: subscribe.request_id,
+			track_alias: 9,
+			expires: 0,
+			group_order: 2,
+			largest: None,
+			params: Parameters::default(),
+		})
+		.encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		// Eight streams, each an object of 1 MiB of which half comes: 4 MiB the relay would hold.
+		let mut streams = Vec::new();
+		for group in 0..8 {
+			let mut stream = peer_end.open_uni().await.unwrap();
+			let mut head = Vec::new();
+			SubgroupHeader {
+				track_alias: 9,
+				group,
+				subgroup: SubgroupId::Zero,
+				publisher_priority: 0,
+				extensions: false,
+				end_of_group: true,
+			}
+			.encode(&mut head);
+			ObjectHeader {
+				id_delta: 0,
+				extensions: None,
+				length: 1 << 20,
+				status: 0,
+			}
+			.emit(&mut head)
+			.unwrap();
+			stream.write(head.into()).await.unwrap();
+			stream.write(vec![7u8; 512 << 10].into()).await.unwrap();
+			streams.push(stream);
+		}
+		// Past the budget, streams are stopped: those left hold it at most. (Polled, as which
+		// streams the relay reads first is its own business.)
+		let stopped = loop {
+			let mut stopped = 0;
+			for stream in &mut streams {
+				if let kio::Either::Left(_) = kio::race(stream.stopped(), std::future::ready(())).await {
+					stopped += 1;
+				}
+			}
+			if stopped >= 6 {
+				break stopped;
+			}
+			kio::time::sleep(std::time::Duration::from_millis(10)).await;
+		};
+		assert!(stopped <= 7, "one stream at least fits the budget");
+		assert!(
+			counters.partial_bytes.used() <= budget,
+			"{} held",
+			counters.partial_bytes.used()
+		);
+		drop(cursor);
+	});
+}

@@ -110,11 +110,22 @@ impl<T: Transport + 'static> Running<T> {
 		}
 	}
 
+	/// Closes with moq-lite's `code`, or for a draft's session the draft's code that means it.
 	fn close(&self, code: u64) {
 		match self {
 			Self::Lite(session) => session.close(code),
-			Self::Ietf(session) => session.close(code),
+			Self::Ietf(session) => session.close(ietf_code(code)),
 		}
+	}
+}
+
+/// The draft's session code for moq-lite's `code` (the relay closes sessions with moq-lite's).
+fn ietf_code(code: u64) -> u64 {
+	match ErrorCode::from_code(code) {
+		ErrorCode::Closed | ErrorCode::Cancel => ietf::code::NO_ERROR,
+		ErrorCode::Unauthorized => ietf::code::UNAUTHORIZED,
+		ErrorCode::Timeout => ietf::code::CONTROL_MESSAGE_TIMEOUT,
+		_ => ietf::code::INTERNAL_ERROR,
 	}
 }
 

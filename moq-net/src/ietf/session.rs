@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
 use kio::JoinHandle;
-use kio::sync::Queue;
+use kio::sync::{Budget, Charge, Queue};
 
 use super::data::{ObjectHeader, SubgroupHeader, SubgroupId, status};
 use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk};
@@ -89,6 +89,8 @@ pub enum Error {
 	Transport(TransportError),
 	/// The peer broke the protocol: the session closes with this code ([`super::code`]).
 	Protocol(u64, &'static str),
+	/// A budget refused what one stream needs: that stream stops, the session goes on.
+	Refused(&'static str),
 }
 
 impl std::fmt::Display for Error {
@@ -96,6 +98,7 @@ impl std::fmt::Display for Error {
 		match self {
 			Self::Transport(err) => write!(f, "transport: {err}"),
 			Self::Protocol(code, why) => write!(f, "protocol error {code:#x}: {why}"),
+			Self::Refused(why) => write!(f, "refused: {why}"),
 		}
 	}
 }
@@ -117,6 +120,10 @@ struct Reader<R> {
 	recv: R,
 	buf: BytesMut,
 	fin: bool,
+	/// What `buf` holds, charged to the session's partial-bytes budget and to the connection's
+	/// memory (a data stream's reader): a peer that leaves objects unfinished on many streams
+	/// holds at most the budget.
+	charges: Option<(Charge, Option<Charge>)>,
 }
 
 impl<R: RecvStream> Reader<R> {
@@ -125,7 +132,32 @@ impl<R: RecvStream> Reader<R> {
 			recv,
 			buf: BytesMut::new(),
 			fin: false,
+			charges: None,
 		}
+	}
+
+	/// A reader whose buffer is charged to `partial` and `memory`.
+	fn charged(recv: R, partial: &Budget, memory: Option<&Budget>) -> Self {
+		let mut reader = Self::new(recv);
+		reader.charges = Some((partial.empty(), memory.map(Budget::empty)));
+		reader
+	}
+
+	/// Brings the charges in line with what the buffer holds; an error if a budget has no room.
+	fn account(&mut self) -> Result<(), Error> {
+		let held = self.buf.capacity() as u64;
+		if let Some((partial, memory)) = &mut self.charges {
+			let fits = partial.resize(held) && memory.as_mut().is_none_or(|memory| memory.resize(held));
+			if !fits {
+				self.buf = BytesMut::new();
+				partial.resize(0);
+				if let Some(memory) = memory {
+					memory.resize(0);
+				}
+				return Err(Error::Refused("the session's partial-bytes budget is spent"));
+			}
+		}
+		Ok(())
 	}
 
 	/// Decodes with `decode` once enough bytes came; `None` at a clean end between values.
@@ -159,7 +191,12 @@ impl<R: RecvStream> Reader<R> {
 		}
 		match kio::wait(|w| self.recv.poll_read(w)).await? {
 			Some(chunk) => {
+				if self.buf.is_empty() {
+					// Nothing kept from before: start a fresh buffer rather than grow an old one.
+					self.buf = BytesMut::new();
+				}
 				self.buf.extend_from_slice(&chunk);
+				self.account()?;
 				Ok(true)
 			}
 			None => {
@@ -176,7 +213,9 @@ impl<R: RecvStream> Reader<R> {
 				return Err(violation("a stream ended inside an object"));
 			}
 		}
-		Ok(Bytes::copy_from_slice(&self.buf.split_to(len)))
+		let bytes = Bytes::copy_from_slice(&self.buf.split_to(len));
+		self.account()?;
+		Ok(bytes)
 	}
 }
 
@@ -330,13 +369,16 @@ struct Inner<T: Transport> {
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 	closed: Cell<Option<u64>>,
+	/// Bytes of objects received in part, over all the session's streams
+	/// (`Limits::partial_bytes`; a child of the relay's gauge).
+	partial: Budget,
 }
 
 impl<T: Transport + 'static> Inner<T> {
 	fn fail(&self, err: &Error) {
 		let code = match err {
 			Error::Protocol(code, _) => *code,
-			Error::Transport(_) => code::INTERNAL_ERROR,
+			Error::Transport(_) | Error::Refused(_) => code::INTERNAL_ERROR,
 		};
 		tracing::debug!(%err, "ietf session failed");
 		self.close(code);
@@ -452,6 +494,10 @@ pub fn start<T: Transport + Clone + 'static>(
 		Side::Client => (0, 1),
 		Side::Server => (1, 0),
 	};
+	let partial = match &config.counters {
+		Some(counters) => counters.partial_bytes.child(config.limits.partial_bytes),
+		None => Budget::new(config.limits.partial_bytes),
+	};
 	let granted = initial_grant(
 		&config,
 		if control.side == Side::Server {
@@ -478,6 +524,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		publish,
 		subscribe,
 		closed: Cell::new(None),
+		partial,
 	});
 	let Control { send, reader, .. } = control;
 	let mut tasks = vec![
@@ -1092,11 +1139,11 @@ async fn accept_streams<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 }
 
 async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::RecvHalf) {
-	let mut reader = Reader::new(recv);
+	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
 	if let Err(err) = read_subgroup(&inner, &mut reader).await {
 		match err {
 			Error::Protocol(..) => inner.fail(&err),
-			Error::Transport(_) => reader.recv.stop(0),
+			Error::Transport(_) | Error::Refused(_) => reader.recv.stop(0),
 		}
 	}
 }

@@ -30,9 +30,11 @@ use moq_net::model::{
 use moq_quic::Verification;
 use moq_relay::config::Span;
 
-/// An example moq-lite-05 client: publish a clock track, or subscribe and print it.
+/// An example MoQ client (moq-lite-05, or the IETF draft-14): publish a clock track, or
+/// subscribe and print it.
 #[derive(Parser, Debug)]
-#[command(version)]
+// `--version` names the protocol, as the public clients' `--client-version` does.
+#[command(disable_version_flag = true)]
 struct Args {
 	#[command(subcommand)]
 	command: Command,
