@@ -32,7 +32,7 @@ use anyhow::{Context as _, bail};
 use bytes::{BufMut as _, BytesMut};
 use kio::sync::{Consumer, Producer, Queue};
 use kio::{Either, race};
-use moq_client::{Client, Url};
+use moq_client::{Client, Protocol, Url};
 use moq_net::lite::session;
 use moq_net::model::{
 	Frame, GroupConsumer, Origin, OriginConsumer, Path, Subscription, Timestamp, TrackInfo, TrackProducer,
@@ -251,6 +251,8 @@ pub struct Plan {
 	pub progress: bool,
 	/// Drops and delays on purpose.
 	pub inject: Injection,
+	/// The protocol over raw QUIC (`moqt://`): moq-lite-05, or an IETF draft.
+	pub protocol: Protocol,
 }
 
 impl Plan {
@@ -268,6 +270,7 @@ impl Plan {
 			workers: 1,
 			progress: false,
 			inject: Injection::default(),
+			protocol: Protocol::Lite,
 		}
 	}
 }
@@ -296,6 +299,10 @@ pub struct LoadOptions {
 	/// QUIC handshakes in progress at once (the relay limits them per address: 32 by default).
 	#[arg(long, default_value_t = 16)]
 	pub handshakes: usize,
+	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF drafts
+	/// moq-transport-14 and moq-transport-15.
+	#[arg(long, value_name = "VERSION", default_value = "moq-lite-05")]
+	pub version: Protocol,
 	/// kio workers (threads) of the load generator; connections are spread over them.
 	#[arg(long = "load-workers", default_value_t = 1)]
 	pub workers: usize,
@@ -331,6 +338,7 @@ impl LoadOptions {
 				delay_every: self.inject_delay_every,
 				delay: self.inject_delay,
 			},
+			protocol: self.version,
 		}
 	}
 }
@@ -833,6 +841,7 @@ async fn client_connection(shared: Arc<Shared>, spec: ConnectionSpec, id: u64) {
 			let mut client = Client::new()
 				.origin(id)
 				.limits(limits)
+				.protocol(shared.plan.protocol)
 				.verify(shared.target.verification.clone());
 			if !spec.publish.is_empty() {
 				client = client.publish(local.consumer());

@@ -13,8 +13,8 @@
 //! [`Decode`](coding::Decode) / [`Encode`](coding::Encode)); [`lite`] is the moq-lite protocol:
 //! every moq-lite-05 message, stream type and error code built from them, and
 //! [`lite::session`], the sessions that speak it over a transport. [`ietf`] is the IETF
-//! moq-transport draft-14 beside it: its messages and [`ietf::session`], serving and filling the
-//! same model (docs/moq-transport.md). The model never imports any of them.
+//! moq-transport drafts 14 and 15 beside it: their messages and [`ietf::session`], serving and
+//! filling the same model (docs/moq-transport.md). The model never imports any of them.
 
 #![forbid(unsafe_code)]
 

@@ -5,7 +5,9 @@
 use moq_net::coding::Encode;
 use moq_net::ietf::message::{Message, Parameters};
 use moq_net::ietf::session::{self, Session};
-use moq_net::ietf::{DRAFT_14, code};
+use moq_net::ietf::{DRAFT_14, Version, code};
+
+const VERSION: Version = Version::Draft14;
 use moq_net::lite::session::Config;
 use moq_net::model::Origin;
 use moq_net::test_support::{announced, local_broadcast, publish, take, video};
@@ -15,6 +17,7 @@ use moq_net::{Path, Subscription};
 
 /// Connects a draft-14 client to the relay origin: (client session, relay-side session).
 async fn connect(
+	version: Version,
 	relay: &Origin,
 	path: &str,
 	publish: Option<&Origin>,
@@ -24,9 +27,9 @@ async fn connect(
 	let config = Config::default();
 	let grant = session::initial_grant(&config, session::Side::Client);
 	let relay_end2 = relay_end.clone();
-	let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+	let accept = kio::spawn(async move { session::accept(&relay_end2, grant, version).await });
 	let server_grant = session::initial_grant(&config, session::Side::Server);
-	let (control, peer) = session::connect(&client_end, Some(path), server_grant)
+	let (control, peer) = session::connect(&client_end, Some(path), server_grant, version)
 		.await
 		.expect("client setup");
 	let (relay_control, relay_peer) = accept.await.unwrap().expect("relay setup");
@@ -54,28 +57,31 @@ async fn connect(
 
 #[test]
 fn a_publisher_and_a_viewer_meet_through_the_relay() {
-	kio::block_on(async {
-		let relay = Origin::new(100);
-		let publisher_origin = Origin::new(1);
-		let (_broadcast, track, _publication) =
-			local_broadcast(&publisher_origin, "clock", video(std::time::Duration::from_secs(30), 0));
-		let _publisher = connect(&relay, "demo", Some(&publisher_origin), None).await;
-		// The relay asked for the publisher's namespaces and took them.
-		announced(&relay, "demo/clock").await;
+	for version in [Version::Draft14, Version::Draft15] {
+		kio::block_on(async {
+			let relay = Origin::new(100);
+			let publisher_origin = Origin::new(1);
+			let info = video(std::time::Duration::from_secs(30), 0);
+			let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, "clock", info);
+			let _publisher = connect(version, &relay, "demo", Some(&publisher_origin), None).await;
+			// The relay asked for the publisher's namespaces and took them.
+			announced(&relay, "demo/clock").await;
 
-		let viewer_origin = Origin::new(2);
-		let _viewer = connect(&relay, "demo", None, Some(&viewer_origin)).await;
-		let mut cursor = announced(&viewer_origin, "clock")
-			.await
-			.subscribe_track("video", Subscription::default())
-			.unwrap();
-		// The viewer's SUBSCRIBE reached the relay, whose SUBSCRIBE reached the publisher.
-		track.used().await;
-		for sequence in 0..10 {
-			publish(&track, sequence);
-		}
-		assert_eq!(take(&mut cursor, 10).await, (0..10).map(|s| (s, s)).collect::<Vec<_>>());
-	});
+			let viewer_origin = Origin::new(2);
+			let _viewer = connect(version, &relay, "demo", None, Some(&viewer_origin)).await;
+			let mut cursor = announced(&viewer_origin, "clock")
+				.await
+				.subscribe_track("video", Subscription::default())
+				.unwrap();
+			// The viewer's SUBSCRIBE reached the relay, whose SUBSCRIBE reached the publisher.
+			track.used().await;
+			for sequence in 0..10 {
+				publish(&track, sequence);
+			}
+			let got = take(&mut cursor, 10).await;
+			assert_eq!(got, (0..10).map(|s| (s, s)).collect::<Vec<_>>(), "{version:?}");
+		});
+	}
 }
 
 #[test]
@@ -85,9 +91,9 @@ fn a_broadcast_that_ends_is_withdrawn_from_the_viewer() {
 		let publisher_origin = Origin::new(1);
 		let (broadcast, _track, publication) =
 			local_broadcast(&publisher_origin, "clock", video(std::time::Duration::from_secs(30), 0));
-		let _publisher = connect(&relay, "", Some(&publisher_origin), None).await;
+		let _publisher = connect(VERSION, &relay, "", Some(&publisher_origin), None).await;
 		let viewer_origin = Origin::new(2);
-		let _viewer = connect(&relay, "", None, Some(&viewer_origin)).await;
+		let _viewer = connect(VERSION, &relay, "", None, Some(&viewer_origin)).await;
 		let seen = announced(&viewer_origin, "clock").await;
 		drop(publication);
 		broadcast.finish();
@@ -102,7 +108,7 @@ fn a_client_without_draft_14_is_refused_and_bad_control_bytes_close_the_session(
 		let config = Config::default();
 		// CLIENT_SETUP offering only draft-15's number.
 		let (client_end, relay_end) = memory::pair();
-		let accept = kio::spawn(async move { session::accept(&relay_end, 100).await.err() });
+		let accept = kio::spawn(async move { session::accept(&relay_end, 100, Version::Draft14).await.err() });
 		let (mut send, _recv) = client_end.open_bi().await.unwrap();
 		let mut hello = Vec::new();
 		Message::ClientSetup {
@@ -123,7 +129,7 @@ fn a_client_without_draft_14_is_refused_and_bad_control_bytes_close_the_session(
 		let (client_end, relay_end) = memory::pair();
 		let grant = session::initial_grant(&config, session::Side::Client);
 		let relay_end2 = relay_end.clone();
-		let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+		let accept = kio::spawn(async move { session::accept(&relay_end2, grant, VERSION).await });
 		let (mut send, _recv) = client_end.open_bi().await.unwrap();
 		let mut hello = Vec::new();
 		Message::ClientSetup {
@@ -188,7 +194,7 @@ fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
 		let (peer_end, relay_end) = memory::pair();
 		let grant = session::initial_grant(&config, session::Side::Client);
 		let relay_end2 = relay_end.clone();
-		let accept = kio::spawn(async move { session::accept(&relay_end2, grant).await });
+		let accept = kio::spawn(async move { session::accept(&relay_end2, grant, VERSION).await });
 		// The hostile peer, by hand: its SETUP, then a namespace.
 		let (mut send, mut recv) = peer_end.open_bi().await.unwrap();
 		let mut out = Vec::new();
@@ -237,7 +243,7 @@ fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
 				track_alias: 9,
 				group,
 				subgroup: SubgroupId::Zero,
-				publisher_priority: 0,
+				publisher_priority: Some(0),
 				extensions: false,
 				end_of_group: true,
 			}

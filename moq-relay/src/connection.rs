@@ -68,8 +68,8 @@ pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker
 		if let Some(opened) = Box::pin(open_webtransport(&relay, conn, config, worker)).await {
 			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 		}
-	} else if alpn == ietf::ALPN_DRAFT_14 {
-		if let Some(opened) = Box::pin(open_ietf(&relay, conn, config, worker)).await {
+	} else if let Some(version) = ietf::Version::from_alpn(&alpn) {
+		if let Some(opened) = Box::pin(open_ietf(&relay, conn, config, worker, version)).await {
 			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 		}
 	} else if let Some(opened) = Box::pin(open_quic(&relay, conn, config, worker)).await {
@@ -167,19 +167,19 @@ async fn open_quic(
 	})
 }
 
-/// A raw QUIC connection on draft-14's ALPN (`moq-00`): CLIENT_SETUP on the control stream (its
-/// PATH parameter is the path, as moq-lite's SETUP's), then auth.
+/// A raw QUIC connection on an IETF draft's ALPN (`moq-00`, `moqt-15`): CLIENT_SETUP on the
+/// control stream (its PATH parameter is the path, as moq-lite's SETUP's), then auth.
 async fn open_ietf(
 	relay: &Relay,
 	conn: Connection,
 	config: session::Config,
 	worker: usize,
+	version: ietf::Version,
 ) -> Option<Opened<Connection>> {
 	let remote = conn.remote_address();
 	let deadline = kio::time::now() + relay.limits.setup_timeout;
 	let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
-	let (control, peer) = ietf_setup_by(&conn, grant_ids, deadline, remote).await?;
-
+	let (control, peer) = ietf_setup_by(&conn, grant_ids, version, deadline, remote).await?;
 	let url = peer.path.clone().unwrap_or_default();
 	let Some(grant) = authorize(relay, &url, remote) else {
 		conn.close(ietf::code::UNAUTHORIZED, "unauthorized");
@@ -232,17 +232,17 @@ async fn open_webtransport(
 		return None;
 	};
 	// The first of the client's sub-protocols we speak (in the client's order): a moq-lite
-	// version, or draft-14's `moq-00`; none offered means moq-lite-05 and its SETUP.
+	// version, or an IETF draft's; none offered means moq-lite-05 and its SETUP.
 	let protocol = request
 		.connect
 		.protocols
 		.iter()
-		.find(|p| Version::from_alpn(p.as_bytes()).is_some() || p.as_bytes() == ietf::ALPN_DRAFT_14)
+		.find(|p| Version::from_alpn(p.as_bytes()).is_some() || ietf::Version::from_alpn(p.as_bytes()).is_some())
 		.cloned();
-	if protocol.as_deref().map(str::as_bytes) == Some(ietf::ALPN_DRAFT_14) {
+	if let Some(version) = protocol.as_deref().and_then(|p| ietf::Version::from_alpn(p.as_bytes())) {
 		let transport = request.accept(protocol.as_deref());
 		let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
-		let (control, peer) = ietf_setup_by(&transport, grant_ids, deadline, remote).await?;
+		let (control, peer) = ietf_setup_by(&transport, grant_ids, version, deadline, remote).await?;
 		let link = Link {
 			remote,
 			worker,
@@ -280,20 +280,17 @@ async fn open_webtransport(
 	})
 }
 
-/// A draft-14 client's CLIENT_SETUP over `transport`, answered, or `None` (logged; closed with
-/// the draft's code) if it fails or has not come by `deadline`.
+/// An IETF client's CLIENT_SETUP over `transport` in `version`, answered, or `None` (logged;
+/// closed with the draft's code) if it fails or has not come by `deadline`.
 async fn ietf_setup_by<T: Transport>(
 	transport: &T,
 	grant_ids: u64,
+	version: ietf::Version,
 	deadline: Instant,
 	remote: SocketAddr,
 ) -> Option<(ietf::session::Control<T>, ietf::session::PeerSetup)> {
-	match race(
-		ietf::session::accept(transport, grant_ids),
-		kio::time::sleep_until(deadline),
-	)
-	.await
-	{
+	let accept = ietf::session::accept(transport, grant_ids, version);
+	match race(accept, kio::time::sleep_until(deadline)).await {
 		Either::Left(Ok(opened)) => Some(opened),
 		Either::Left(Err(err)) => {
 			debug!(%remote, %err, "ietf: setup failed");

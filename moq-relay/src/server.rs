@@ -174,6 +174,7 @@ pub fn run(
 		Version::Lite04.alpn(),
 		Version::Lite03.alpn(),
 		moq_net::ietf::ALPN_DRAFT_14,
+		moq_net::ietf::ALPN_DRAFT_15,
 		h3::ALPN,
 	];
 	let quic = moq_quic::Config::new()

@@ -47,6 +47,9 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			(Protocol::Draft14, Protocol::Lite),
 			(Protocol::Lite, Protocol::Draft14),
 			(Protocol::Draft14, Protocol::Draft14),
+			(Protocol::Draft15, Protocol::Lite),
+			(Protocol::Lite, Protocol::Draft15),
+			(Protocol::Draft15, Protocol::Draft14),
 		];
 		for (index, (publishing, viewing)) in pairs.into_iter().enumerate() {
 			let id = 10 * index as u64;
@@ -65,6 +68,7 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			let publisher = within(LIMIT, "the publisher", publisher).await.unwrap();
 			let expected = match publishing {
 				Protocol::Draft14 => "moq-00",
+				Protocol::Draft15 => "moqt-15",
 				Protocol::Lite => "moq-lite-05",
 			};
 			assert_eq!(publisher.protocol(), Some(expected));

@@ -23,7 +23,8 @@ use moq_quic::Verification;
 /// carried in every frame) and loss (groups published in the window that a subscription did not
 /// read). Prints a progress line per second, then a summary.
 #[derive(Parser, Debug)]
-#[command(version)]
+// `--version` names the protocol (the load's flags), as the public clients' `--client-version` does.
+#[command(disable_version_flag = true)]
 struct Args {
 	/// The relay: moqt://host:port/path[?jwt=...] (raw QUIC), https://host:port/path[?jwt=...]
 	/// (WebTransport) or ws://host:port/path[?jwt=...] (QMux over WebSocket, TCP); every broadcast

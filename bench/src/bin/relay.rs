@@ -62,7 +62,8 @@ use moq_quic::Verification;
 /// user-space instructions) per delivered frame, resident memory, latency, loss, and the ratio
 /// to the first relay.
 #[derive(Parser, Debug)]
-#[command(version)]
+// `--version` names the protocol (the load's flags), as the public clients' `--client-version` does.
+#[command(disable_version_flag = true)]
 struct Args {
 	/// A relay to measure, NAME=COMMAND; `{port}` in COMMAND is replaced by the UDP port to serve
 	/// on (127.0.0.1), e.g. --relay mine='target/release/moq-relay --listen 127.0.0.1:{port}

@@ -3,11 +3,14 @@
 //!
 //! A subgroup header's type says which fields follow (draft-14 §10.4.2): 0x10–0x15 and
 //! 0x18–0x1D, bit 0 "every object carries extensions", bits 1–2 where the subgroup id comes from
-//! (0: it is 0; 1: the first object's id; 2: a field), bit 3 "this subgroup ends its group". The
-//! priority byte is always there. Any other type closes the session.
+//! (0: it is 0; 1: the first object's id; 2: a field), bit 3 "this subgroup ends its group".
+//! The priority byte is always there in draft-14; draft-15 adds the same types with bit 5 set
+//! (0x30–0x3D), whose priority byte is left out (the subscription's publisher priority applies).
+//! Any other type closes the session.
 
 use bytes::Bytes;
 
+use super::Version;
 use crate::coding::{Decode, DecodeError, Encode, EncodeError, decode_varint, encode_varint};
 
 /// Where a subgroup's id comes from.
@@ -30,8 +33,8 @@ pub struct SubgroupHeader {
 	pub group: u64,
 	/// The subgroup.
 	pub subgroup: SubgroupId,
-	/// 0 is first.
-	pub publisher_priority: u8,
+	/// 0 is first; `None` (draft-15 on) leaves it out, for the subscription's.
+	pub publisher_priority: Option<u8>,
 	/// Every object carries an extensions block.
 	pub extensions: bool,
 	/// The subgroup holds its group's last object: its FIN ends the group.
@@ -39,25 +42,18 @@ pub struct SubgroupHeader {
 }
 
 impl SubgroupHeader {
-	/// Whether `kind` opens a subgroup stream in draft-14.
-	pub fn is_type(kind: u64) -> bool {
-		matches!(kind, 0x10..=0x15 | 0x18..=0x1d)
+	/// Whether `kind` opens a subgroup stream in `version`.
+	pub fn is_type(kind: u64, version: Version) -> bool {
+		match version {
+			Version::Draft14 => matches!(kind, 0x10..=0x15 | 0x18..=0x1d),
+			Version::Draft15 => matches!(kind & !0x20, 0x10..=0x15 | 0x18..=0x1d) && kind <= 0x3d,
+		}
 	}
 
-	fn kind(&self) -> u64 {
-		let mode = match self.subgroup {
-			SubgroupId::Zero => 0,
-			SubgroupId::FirstObject => 1,
-			SubgroupId::Explicit(_) => 2,
-		};
-		0x10 | u64::from(self.extensions) | mode << 1 | u64::from(self.end_of_group) << 3
-	}
-}
-
-impl Decode for SubgroupHeader {
-	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	/// Reads one as `version` has it.
+	pub fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
 		let kind = decode_varint(buf)?;
-		if !Self::is_type(kind) {
+		if !Self::is_type(kind, version) {
 			return Err(DecodeError::UnexpectedStream(kind));
 		}
 		let track_alias = decode_varint(buf)?;
@@ -67,8 +63,14 @@ impl Decode for SubgroupHeader {
 			1 => SubgroupId::FirstObject,
 			_ => SubgroupId::Explicit(decode_varint(buf)?),
 		};
-		let (&publisher_priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
-		*buf = rest;
+		let publisher_priority = match kind & 0x20 {
+			0 => {
+				let (&priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
+				*buf = rest;
+				Some(priority)
+			}
+			_ => None,
+		};
 		Ok(Self {
 			track_alias,
 			group,
@@ -77,6 +79,23 @@ impl Decode for SubgroupHeader {
 			extensions: kind & 1 == 1,
 			end_of_group: kind & 0x8 != 0,
 		})
+	}
+
+	fn kind(&self) -> u64 {
+		let mode = match self.subgroup {
+			SubgroupId::Zero => 0,
+			SubgroupId::FirstObject => 1,
+			SubgroupId::Explicit(_) => 2,
+		};
+		let default_priority = u64::from(self.publisher_priority.is_none()) << 5;
+		0x10 | u64::from(self.extensions) | mode << 1 | u64::from(self.end_of_group) << 3 | default_priority
+	}
+}
+
+impl Decode for SubgroupHeader {
+	/// draft-14's (see [`SubgroupHeader::decode_for`]).
+	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Self::decode_for(buf, Version::Draft14)
 	}
 }
 
@@ -88,7 +107,9 @@ impl Encode for SubgroupHeader {
 		if let SubgroupId::Explicit(id) = self.subgroup {
 			encode_varint(id, out)?;
 		}
-		out.push(self.publisher_priority);
+		if let Some(priority) = self.publisher_priority {
+			out.push(priority);
+		}
 		Ok(())
 	}
 }
@@ -184,7 +205,7 @@ mod tests {
 				track_alias: 2,
 				group: 0,
 				subgroup: SubgroupId::Explicit(0),
-				publisher_priority: 0,
+				publisher_priority: Some(0),
 				extensions: false,
 				end_of_group: false,
 			}
@@ -225,8 +246,23 @@ mod tests {
 		let header = SubgroupHeader::decode(&mut &hex("19 07 1c 00")[..]).unwrap();
 		assert_eq!(header.subgroup, SubgroupId::Zero);
 		assert!(header.extensions && header.end_of_group);
-		for bad in ["16 00 00 00", "1e 00 00 00", "20 00 00 00", "05 00"] {
+		for bad in ["16 00 00 00", "1e 00 00 00", "20 00 00 00", "05 00", "38 00 00"] {
 			assert!(SubgroupHeader::decode(&mut &hex(bad)[..]).is_err(), "{bad}");
+		}
+		// draft-15's 0x35 (the draft's second example): no priority byte.
+		let header = SubgroupHeader::decode_for(&mut &hex("35 02 00 00")[..], Version::Draft15).unwrap();
+		assert_eq!(
+			(header.subgroup, header.publisher_priority),
+			(SubgroupId::Explicit(0), None)
+		);
+		let mut out = Vec::new();
+		header.encode(&mut out);
+		assert_eq!(out, hex("35 02 00 00"));
+		for bad in ["3e 00 00", "40 00 00", "36 00 00"] {
+			assert!(
+				SubgroupHeader::decode_for(&mut &hex(bad)[..], Version::Draft15).is_err(),
+				"{bad}"
+			);
 		}
 		assert!(
 			ObjectHeader::decode(&mut &hex("00 00 02")[..], false).is_err(),

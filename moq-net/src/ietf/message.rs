@@ -77,6 +77,19 @@ impl Parameters {
 		})
 	}
 
+	/// `known` (the fields a draft carries as parameters), then these.
+	fn after(&self, known: Vec<(u64, Value)>) -> Self {
+		let mut all = known;
+		all.extend(self.0.iter().cloned());
+		Self(all)
+	}
+
+	/// These without the parameters of `kinds` (read into fields).
+	fn without(mut self, kinds: &[u64]) -> Self {
+		self.0.retain(|(kind, _)| !kinds.contains(kind));
+		self
+	}
+
 	/// With parameter `kind` holding `value` (an even `kind`).
 	pub fn with_int(mut self, kind: u64, value: u64) -> Self {
 		self.0.push((kind, Value::Int(value)));
@@ -335,7 +348,7 @@ pub struct SubscribeOk {
 	pub track_alias: u64,
 	/// Milliseconds the subscription lasts (0: until ended).
 	pub expires: u64,
-	/// 1 ascending, 2 descending.
+	/// 1 ascending, 2 descending (draft-15: 0 when the parameter is absent).
 	pub group_order: u8,
 	/// The largest location, if anything was published.
 	pub largest: Option<Location>,
@@ -566,6 +579,17 @@ pub enum Message {
 	},
 	/// 0x1F.
 	PublishError(RequestError),
+	/// draft-15's 0x07: a request done (draft-14's PUBLISH_NAMESPACE_OK's type, with
+	/// parameters). Its error is 0x05, [`SubscribeError`](Self::SubscribeError)'s layout, for
+	/// every request.
+	RequestOk {
+		/// The request.
+		request_id: u64,
+		/// Its parameters.
+		params: Parameters,
+	},
+	/// draft-15's 0x14: a namespace subscription is no longer wanted, by its request id.
+	UnsubscribeNamespaceRequest(u64),
 }
 
 impl Message {
@@ -602,10 +626,12 @@ impl Message {
 			Self::Publish { .. } => 0x1d,
 			Self::PublishOk { .. } => 0x1e,
 			Self::PublishError(_) => 0x1f,
+			Self::RequestOk { .. } => 0x07,
+			Self::UnsubscribeNamespaceRequest(_) => 0x14,
 		}
 	}
 
-	fn decode_body(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	fn decode_14(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
 		Ok(match kind {
 			0x20 => {
 				let count = decode_varint(buf)? as usize;
@@ -671,20 +697,7 @@ impl Message {
 				let request_id = decode_varint(buf)?;
 				let subscriber_priority = decode_u8(buf)?;
 				let group_order = decode_order(buf)?;
-				let kind = match decode_varint(buf)? {
-					0x1 => FetchKind::Standalone {
-						namespace: Namespace::decode(buf)?,
-						name: decode_name(buf)?,
-						start: Location::decode(buf)?,
-						end: Location::decode(buf)?,
-					},
-					kind @ (0x2 | 0x3) => FetchKind::Joining {
-						relative: kind == 0x2,
-						subscription: decode_varint(buf)?,
-						start: decode_varint(buf)?,
-					},
-					_ => return Err(DecodeError::InvalidValue("fetch type")),
-				};
+				let kind = FetchKind::decode(buf)?;
 				Self::Fetch {
 					request_id,
 					subscriber_priority,
@@ -719,7 +732,7 @@ impl Message {
 		})
 	}
 
-	fn emit_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_14(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		match self {
 			Self::ClientSetup { versions, params } => {
 				encode_varint(versions.len() as u64, out)?;
@@ -811,29 +824,7 @@ impl Message {
 			} => {
 				encode_varint(*request_id, out)?;
 				out.extend_from_slice(&[*subscriber_priority, *group_order]);
-				match kind {
-					FetchKind::Standalone {
-						namespace,
-						name,
-						start,
-						end,
-					} => {
-						encode_varint(0x1, out)?;
-						namespace.emit(out)?;
-						encode_bytes(name.as_bytes(), MAX_STRING_LEN, out)?;
-						start.emit(out)?;
-						end.emit(out)?;
-					}
-					FetchKind::Joining {
-						relative,
-						subscription,
-						start,
-					} => {
-						encode_varint(if *relative { 0x2 } else { 0x3 }, out)?;
-						encode_varint(*subscription, out)?;
-						encode_varint(*start, out)?;
-					}
-				}
+				kind.emit(out)?;
 				params.emit(out)
 			}
 			Self::FetchOk {
@@ -853,13 +844,149 @@ impl Message {
 				out.extend_from_slice(body);
 				Ok(())
 			}
+			Self::RequestOk { .. } | Self::UnsubscribeNamespaceRequest(_) => {
+				Err(EncodeError::NotInVersion("a draft-15 message"))
+			}
 		}
 	}
-}
 
-impl Decode for Message {
-	/// `Type (varint), Length (16), Payload`: the payload must fill its length exactly.
-	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	/// draft-15's payloads: what changed from draft-14, and draft-14's where nothing did.
+	fn decode_15(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Ok(match kind {
+			0x20 => Self::ClientSetup {
+				versions: Vec::new(),
+				params: Parameters::decode(buf)?,
+			},
+			0x21 => Self::ServerSetup {
+				version: super::DRAFT_15,
+				params: Parameters::decode(buf)?,
+			},
+			0x03 => Self::Subscribe(Subscribe::decode_15(buf)?),
+			0x0d => Self::TrackStatus(Subscribe::decode_15(buf)?),
+			0x04 => Self::SubscribeOk(SubscribeOk::decode_15(buf)?),
+			0x07 => Self::RequestOk {
+				request_id: decode_varint(buf)?,
+				params: Parameters::decode(buf)?,
+			},
+			0x14 => Self::UnsubscribeNamespaceRequest(decode_varint(buf)?),
+			0x02 => {
+				let request_id = decode_varint(buf)?;
+				let subscription = decode_varint(buf)?;
+				let params = Parameters::decode(buf)?;
+				Self::SubscribeUpdate {
+					request_id,
+					subscription,
+					start: Location::default(),
+					end_group: 0,
+					subscriber_priority: priority_param(&params)?,
+					forward: forward_param(&params)?,
+					params: params.without(&[param::FORWARD, param::SUBSCRIBER_PRIORITY]),
+				}
+			}
+			0x16 => {
+				let request_id = decode_varint(buf)?;
+				let kind = FetchKind::decode(buf)?;
+				let params = Parameters::decode(buf)?;
+				Self::Fetch {
+					request_id,
+					subscriber_priority: priority_param(&params)?,
+					group_order: order_param(&params)?,
+					kind,
+					params: params.without(&[param::SUBSCRIBER_PRIORITY, param::GROUP_ORDER]),
+				}
+			}
+			0x18 => {
+				let request_id = decode_varint(buf)?;
+				let end_of_track = decode_flag(buf, "end of track")?;
+				let end = Location::decode(buf)?;
+				let params = Parameters::decode(buf)?;
+				Self::FetchOk {
+					request_id,
+					group_order: order_param(&params)?,
+					end_of_track,
+					end,
+					params: params.without(&[param::GROUP_ORDER]),
+				}
+			}
+			// Gone in draft-15 (REQUEST_OK and REQUEST_ERROR answer every request).
+			0x08 | 0x0e | 0x0f | 0x12 | 0x13 | 0x19 | 0x1f => return Err(DecodeError::UnexpectedMessage(kind)),
+			_ => Self::decode_14(kind, buf)?,
+		})
+	}
+
+	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		match self {
+			Self::ClientSetup { params, .. } | Self::ServerSetup { params, .. } => params.emit(out),
+			Self::Subscribe(subscribe) | Self::TrackStatus(subscribe) => subscribe.emit_15(out),
+			Self::SubscribeOk(ok) => ok.emit_15(out),
+			Self::RequestOk { request_id, params } => {
+				encode_varint(*request_id, out)?;
+				params.emit(out)
+			}
+			Self::UnsubscribeNamespaceRequest(id) => encode_varint(*id, out),
+			Self::SubscribeUpdate {
+				request_id,
+				subscription,
+				subscriber_priority,
+				forward,
+				params,
+				..
+			} => {
+				encode_varint(*request_id, out)?;
+				encode_varint(*subscription, out)?;
+				let known = vec![
+					(param::FORWARD, Value::Int(u64::from(*forward))),
+					(param::SUBSCRIBER_PRIORITY, Value::Int(u64::from(*subscriber_priority))),
+				];
+				params.after(known).emit(out)
+			}
+			Self::Fetch {
+				request_id,
+				subscriber_priority,
+				group_order,
+				kind,
+				params,
+			} => {
+				encode_varint(*request_id, out)?;
+				kind.emit(out)?;
+				let mut known = vec![(param::SUBSCRIBER_PRIORITY, Value::Int(u64::from(*subscriber_priority)))];
+				if *group_order != 0 {
+					known.push((param::GROUP_ORDER, Value::Int(u64::from(*group_order))));
+				}
+				params.after(known).emit(out)
+			}
+			Self::FetchOk {
+				request_id,
+				group_order,
+				end_of_track,
+				end,
+				params,
+			} => {
+				encode_varint(*request_id, out)?;
+				out.push(u8::from(*end_of_track));
+				end.emit(out)?;
+				let mut known = Vec::new();
+				if *group_order != 0 {
+					known.push((param::GROUP_ORDER, Value::Int(u64::from(*group_order))));
+				}
+				params.after(known).emit(out)
+			}
+			Self::PublishNamespaceOk(_)
+			| Self::PublishNamespaceError(_)
+			| Self::TrackStatusOk(_)
+			| Self::TrackStatusError(_)
+			| Self::SubscribeNamespaceOk(_)
+			| Self::SubscribeNamespaceError(_)
+			| Self::FetchError(_)
+			| Self::PublishError(_)
+			| Self::UnsubscribeNamespace(_) => Err(EncodeError::NotInVersion("a draft-14 message")),
+			_ => self.emit_14(out),
+		}
+	}
+
+	/// Reads one message as `version` has it (`Type, Length (16), Payload`; the payload must
+	/// fill its length exactly).
+	pub fn decode_for(buf: &mut &[u8], version: super::Version) -> Result<Self, DecodeError> {
 		let kind = decode_varint(buf)?;
 		if buf.len() < 2 {
 			return Err(DecodeError::Short);
@@ -869,7 +996,11 @@ impl Decode for Message {
 			return Err(DecodeError::Short);
 		};
 		let mut payload = body;
-		let message = Self::decode_body(kind, &mut payload).map_err(|err| match err {
+		let message = match version {
+			super::Version::Draft14 => Self::decode_14(kind, &mut payload),
+			super::Version::Draft15 => Self::decode_15(kind, &mut payload),
+		}
+		.map_err(|err| match err {
 			DecodeError::Short => DecodeError::Truncated,
 			other => other,
 		})?;
@@ -879,17 +1010,215 @@ impl Decode for Message {
 		*buf = &buf[2 + len..];
 		Ok(message)
 	}
-}
 
-impl Encode for Message {
-	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	/// Writes it as `version` has it.
+	pub fn encode_for(&self, version: super::Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		let start = out.len();
+		let result = self.emit_for(version, out);
+		if result.is_err() {
+			out.truncate(start);
+		}
+		result
+	}
+
+	fn emit_for(&self, version: super::Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.kind(), out)?;
 		let at = out.len();
 		out.extend_from_slice(&[0, 0]);
-		self.emit_body(out)?;
+		match version {
+			super::Version::Draft14 => self.emit_14(out)?,
+			super::Version::Draft15 => self.emit_15(out)?,
+		}
 		let len = u16::try_from(out.len() - at - 2).map_err(|_| EncodeError::BoundsExceeded)?;
 		out[at..at + 2].copy_from_slice(&len.to_be_bytes());
 		Ok(())
+	}
+}
+
+/// draft-15's message parameters that carry what draft-14's fixed fields did.
+pub mod param {
+	/// EXPIRES (SUBSCRIBE_OK), milliseconds.
+	pub const EXPIRES: u64 = 0x08;
+	/// LARGEST_OBJECT (SUBSCRIBE_OK): a location, length-prefixed.
+	pub const LARGEST_OBJECT: u64 = 0x09;
+	/// FORWARD: 0 or 1 (default 1).
+	pub const FORWARD: u64 = 0x10;
+	/// SUBSCRIBER_PRIORITY: 0 to 255 (default 128).
+	pub const SUBSCRIBER_PRIORITY: u64 = 0x20;
+	/// SUBSCRIPTION_FILTER: a filter, length-prefixed.
+	pub const SUBSCRIPTION_FILTER: u64 = 0x21;
+	/// GROUP_ORDER: 1 ascending, 2 descending.
+	pub const GROUP_ORDER: u64 = 0x22;
+}
+
+fn priority_param(params: &Parameters) -> Result<u8, DecodeError> {
+	let priority = params.int(param::SUBSCRIBER_PRIORITY).unwrap_or(128);
+	u8::try_from(priority).map_err(|_| DecodeError::InvalidValue("subscriber priority"))
+}
+
+fn forward_param(params: &Parameters) -> Result<bool, DecodeError> {
+	match params.int(param::FORWARD).unwrap_or(1) {
+		0 => Ok(false),
+		1 => Ok(true),
+		_ => Err(DecodeError::InvalidValue("forward")),
+	}
+}
+
+/// GROUP_ORDER, 0 when absent (draft-15 no longer allows 0 on the wire).
+fn order_param(params: &Parameters) -> Result<u8, DecodeError> {
+	match params.int(param::GROUP_ORDER) {
+		None => Ok(0),
+		Some(order @ 1..=2) => Ok(order as u8),
+		Some(_) => Err(DecodeError::InvalidValue("group order")),
+	}
+}
+
+impl FetchKind {
+	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Ok(match decode_varint(buf)? {
+			0x1 => Self::Standalone {
+				namespace: Namespace::decode(buf)?,
+				name: decode_name(buf)?,
+				start: Location::decode(buf)?,
+				end: Location::decode(buf)?,
+			},
+			kind @ (0x2 | 0x3) => Self::Joining {
+				relative: kind == 0x2,
+				subscription: decode_varint(buf)?,
+				start: decode_varint(buf)?,
+			},
+			_ => return Err(DecodeError::InvalidValue("fetch type")),
+		})
+	}
+
+	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		match self {
+			Self::Standalone {
+				namespace,
+				name,
+				start,
+				end,
+			} => {
+				encode_varint(0x1, out)?;
+				namespace.emit(out)?;
+				encode_bytes(name.as_bytes(), MAX_STRING_LEN, out)?;
+				start.emit(out)?;
+				end.emit(out)
+			}
+			Self::Joining {
+				relative,
+				subscription,
+				start,
+			} => {
+				encode_varint(if *relative { 0x2 } else { 0x3 }, out)?;
+				encode_varint(*subscription, out)?;
+				encode_varint(*start, out)
+			}
+		}
+	}
+}
+
+impl Subscribe {
+	fn decode_15(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		let request_id = decode_varint(buf)?;
+		let namespace = Namespace::decode(buf)?;
+		let name = decode_name(buf)?;
+		let params = Parameters::decode(buf)?;
+		let filter = match params.bytes(param::SUBSCRIPTION_FILTER) {
+			Some(bytes) => Filter::decode_exact(bytes)?,
+			// Unfiltered: served as the live edge, as the largest-object filter.
+			None => Filter::LargestObject,
+		};
+		Ok(Self {
+			request_id,
+			namespace,
+			name,
+			subscriber_priority: priority_param(&params)?,
+			group_order: order_param(&params)?,
+			forward: forward_param(&params)?,
+			filter,
+			params: params.without(&[
+				param::FORWARD,
+				param::SUBSCRIBER_PRIORITY,
+				param::SUBSCRIPTION_FILTER,
+				param::GROUP_ORDER,
+			]),
+		})
+	}
+
+	/// draft-15's body: the fixed fields become parameters, ahead of the others.
+	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		encode_varint(self.request_id, out)?;
+		self.namespace.emit(out)?;
+		encode_bytes(self.name.as_bytes(), MAX_STRING_LEN, out)?;
+		let mut filter = Vec::new();
+		self.filter.emit(&mut filter)?;
+		let mut known = vec![
+			(param::FORWARD, Value::Int(u64::from(self.forward))),
+			(
+				param::SUBSCRIBER_PRIORITY,
+				Value::Int(u64::from(self.subscriber_priority)),
+			),
+			(param::SUBSCRIPTION_FILTER, Value::Bytes(filter.into())),
+		];
+		if self.group_order != 0 {
+			known.push((param::GROUP_ORDER, Value::Int(u64::from(self.group_order))));
+		}
+		self.params.after(known).emit(out)
+	}
+}
+
+impl SubscribeOk {
+	fn decode_15(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		let request_id = decode_varint(buf)?;
+		let track_alias = decode_varint(buf)?;
+		let params = Parameters::decode(buf)?;
+		let largest = params
+			.bytes(param::LARGEST_OBJECT)
+			.map(|bytes| Location::decode_exact(bytes))
+			.transpose()?;
+		Ok(Self {
+			request_id,
+			track_alias,
+			expires: params.int(param::EXPIRES).unwrap_or(0),
+			group_order: order_param(&params)?,
+			largest,
+			params: params.without(&[param::EXPIRES, param::LARGEST_OBJECT, param::GROUP_ORDER]),
+		})
+	}
+
+	/// draft-15's body: EXPIRES when there is one, LARGEST_OBJECT when there is one, and
+	/// GROUP_ORDER (what a strict peer takes: it refuses any other parameter here).
+	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		encode_varint(self.request_id, out)?;
+		encode_varint(self.track_alias, out)?;
+		let mut known = Vec::new();
+		if self.expires != 0 {
+			known.push((param::EXPIRES, Value::Int(self.expires)));
+		}
+		if let Some(largest) = &self.largest {
+			let mut location = Vec::new();
+			largest.emit(&mut location)?;
+			known.push((param::LARGEST_OBJECT, Value::Bytes(location.into())));
+		}
+		if self.group_order != 0 {
+			known.push((param::GROUP_ORDER, Value::Int(u64::from(self.group_order))));
+		}
+		self.params.after(known).emit(out)
+	}
+}
+
+impl Decode for Message {
+	/// draft-14's (see [`Message::decode_for`]).
+	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Self::decode_for(buf, super::Version::Draft14)
+	}
+}
+
+impl Encode for Message {
+	/// draft-14's (see [`Message::encode_for`]).
+	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		self.emit_for(super::Version::Draft14, out)
 	}
 }
 

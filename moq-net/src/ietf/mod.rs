@@ -4,8 +4,7 @@
 //!
 //! What each draft changes, byte by byte, and what we chose where a draft is open, is written in
 //! docs/moq-transport.md. This module speaks **draft-14** (ALPN `moq-00`, the version chosen in
-//! CLIENT_SETUP): the one the public clients fall back to first, and the base the later drafts
-//! change.
+//! CLIENT_SETUP) and **draft-15** (ALPN `moqt-15`): one [`Version`] picks the bytes.
 //!
 //! - `message.rs`: the control messages (a type, a 16-bit length, the body).
 //! - `data.rs`: subgroup streams and their objects, object datagrams.
@@ -21,8 +20,51 @@ pub use message::Message;
 /// used it, the version being chosen in CLIENT_SETUP.
 pub const ALPN_DRAFT_14: &[u8] = b"moq-00";
 
+/// The ALPN of draft-15 (and its WebTransport sub-protocol): from 15 on, the ALPN names the
+/// version and SETUP carries none.
+pub const ALPN_DRAFT_15: &[u8] = b"moqt-15";
+
 /// A draft's version number as SETUP carries it: `0xff000000` plus the draft.
 pub const DRAFT_14: u64 = 0xff00_000e;
+
+/// draft-15's version number (never on the wire: the ALPN names it).
+pub const DRAFT_15: u64 = 0xff00_000f;
+
+/// The drafts we speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Version {
+	/// draft-ietf-moq-transport-14.
+	Draft14,
+	/// draft-ietf-moq-transport-15.
+	Draft15,
+}
+
+impl Version {
+	/// Its ALPN (and WebTransport sub-protocol).
+	pub fn alpn(self) -> &'static [u8] {
+		match self {
+			Self::Draft14 => ALPN_DRAFT_14,
+			Self::Draft15 => ALPN_DRAFT_15,
+		}
+	}
+
+	/// The draft an ALPN (or sub-protocol) names.
+	pub fn from_alpn(alpn: &[u8]) -> Option<Self> {
+		match alpn {
+			ALPN_DRAFT_14 => Some(Self::Draft14),
+			ALPN_DRAFT_15 => Some(Self::Draft15),
+			_ => None,
+		}
+	}
+
+	/// Its version number.
+	pub fn number(self) -> u64 {
+		match self {
+			Self::Draft14 => DRAFT_14,
+			Self::Draft15 => DRAFT_15,
+		}
+	}
+}
 
 /// The session termination codes (CONNECTION_CLOSE, or CLOSE_WEBTRANSPORT_SESSION).
 pub mod code {
@@ -56,7 +98,8 @@ pub mod code {
 	pub const VERSION_NEGOTIATION_FAILED: u64 = 0x15;
 }
 
-/// The codes a request is refused with (SUBSCRIBE_ERROR, PUBLISH_NAMESPACE_ERROR, ...).
+/// The codes a request is refused with (draft-14's SUBSCRIBE_ERROR, PUBLISH_NAMESPACE_ERROR,
+/// ...; draft-15's REQUEST_ERROR shares those below 4, and numbers the rest anew).
 pub mod request_code {
 	/// INTERNAL_ERROR.
 	pub const INTERNAL_ERROR: u64 = 0x0;
@@ -70,6 +113,8 @@ pub mod request_code {
 	pub const DOES_NOT_EXIST: u64 = 0x4;
 	/// INVALID_RANGE.
 	pub const INVALID_RANGE: u64 = 0x5;
+	/// draft-15's DOES_NOT_EXIST.
+	pub const DOES_NOT_EXIST_15: u64 = 0x10;
 }
 
 /// PUBLISH_DONE's status codes.

@@ -1,12 +1,13 @@
-//! A draft-14 session over a [`Transport`], serving and filling the same model as moq-lite's.
+//! An IETF session (draft-14 or draft-15: [`Version`]) over a [`Transport`], serving and
+//! filling the same model as moq-lite's.
 //!
 //! # Flow
 //!
 //! 1. Setup: the client opens the control stream (the first bidirectional stream) and sends
-//!    CLIENT_SETUP with the versions it speaks; the server answers SERVER_SETUP with draft-14, or
-//!    closes with VERSION_NEGOTIATION_FAILED. Each side grants the other request ids with
-//!    MAX_REQUEST_ID. A client's PATH parameter plays the part of moq-lite's SETUP path (raw
-//!    QUIC; over WebTransport the CONNECT carries it).
+//!    CLIENT_SETUP (draft-14: with the versions it speaks; the server answers SERVER_SETUP with
+//!    draft-14, or closes with VERSION_NEGOTIATION_FAILED; draft-15: the ALPN chose). Each side
+//!    grants the other request ids with MAX_REQUEST_ID. A client's PATH parameter plays the part
+//!    of moq-lite's SETUP path (raw QUIC; over WebTransport the CONNECT carries it).
 //! 2. The **publisher half** (given an [`OriginConsumer`]) answers SUBSCRIBE_NAMESPACE with OK,
 //!    then a PUBLISH_NAMESPACE for each broadcast under the prefix and PUBLISH_NAMESPACE_DONE as
 //!    each goes; SUBSCRIBE with SUBSCRIBE_OK (the track alias is the request id) and the track's
@@ -24,7 +25,7 @@
 //! # Bad input
 //!
 //! Bytes that do not decode, a request id out of turn or past our grant, a second SETUP, or a
-//! subgroup stream of a type draft-14 does not have close the session with the draft's code
+//! subgroup stream of a type the draft does not have close the session with the draft's code
 //! ([`super::code`]). The origin and other sessions are untouched.
 
 use std::cell::{Cell, RefCell};
@@ -38,8 +39,8 @@ use kio::sync::{Budget, Charge, Queue};
 
 use super::data::{ObjectHeader, SubgroupHeader, SubgroupId, status};
 use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk};
-use super::{DRAFT_14, code, done_code, request_code};
-use crate::coding::{Decode, DecodeError, Encode};
+use super::{DRAFT_14, Version, code, done_code, request_code};
+use crate::coding::{DecodeError, Encode};
 use crate::lite::session::Config;
 use crate::lite::session::TRACK_IDLE_LINGER;
 use crate::model::{
@@ -224,64 +225,76 @@ pub struct Control<T: Transport> {
 	send: T::SendHalf,
 	reader: Reader<T::RecvHalf>,
 	side: Side,
+	version: Version,
 }
 
-/// Accepts the client's control stream and answers its CLIENT_SETUP (a server): draft-14, and
-/// `max_request_id` request ids for the client.
-pub async fn accept<T: Transport>(transport: &T, max_request_id: u64) -> Result<(Control<T>, PeerSetup), Error> {
+/// Accepts the client's control stream and answers its CLIENT_SETUP (a server) in `version`
+/// (the ALPN's; draft-14's CLIENT_SETUP must offer it), granting `max_request_id` request ids.
+pub async fn accept<T: Transport>(
+	transport: &T,
+	max_request_id: u64,
+	version: Version,
+) -> Result<(Control<T>, PeerSetup), Error> {
 	let (mut send, recv) = transport.accept_bi().await?;
 	let mut reader = Reader::new(recv);
-	let Some(Message::ClientSetup { versions, params }) = reader.decode(Message::decode).await? else {
+	let first = reader.decode(|buf| Message::decode_for(buf, version)).await?;
+	let Some(Message::ClientSetup { versions, params }) = first else {
 		return Err(violation("the control stream did not start with CLIENT_SETUP"));
 	};
-	if !versions.contains(&DRAFT_14) {
+	if version == Version::Draft14 && !versions.contains(&DRAFT_14) {
 		return Err(Error::Protocol(
 			code::VERSION_NEGOTIATION_FAILED,
 			"no version in common",
 		));
 	}
 	let answer = Message::ServerSetup {
-		version: DRAFT_14,
+		version: version.number(),
 		params: Parameters::default()
 			.with_int(MAX_REQUEST_ID, max_request_id)
 			.with_bytes(IMPLEMENTATION, &b"moq-relay"[..]),
 	};
-	write(&mut send, &answer).await?;
+	write(&mut send, &answer, version).await?;
 	let peer = peer_setup(&params);
 	Ok((
 		Control {
 			send,
 			reader,
 			side: Side::Server,
+			version,
 		},
 		peer,
 	))
 }
 
-/// Opens the control stream and sends CLIENT_SETUP (a client) with `path`, granting the server
-/// `max_request_id` request ids; the server's answer.
+/// Opens the control stream and sends CLIENT_SETUP (a client) in `version` with `path`, granting
+/// the server `max_request_id` request ids; the server's answer.
 pub async fn connect<T: Transport>(
 	transport: &T,
 	path: Option<&str>,
 	max_request_id: u64,
+	version: Version,
 ) -> Result<(Control<T>, PeerSetup), Error> {
 	let (mut send, recv) = transport.open_bi().await?;
 	let mut params = Parameters::default().with_int(MAX_REQUEST_ID, max_request_id);
 	if let Some(path) = path {
 		params = params.with_bytes(PATH, Bytes::copy_from_slice(path.as_bytes()));
 	}
-	let hello = Message::ClientSetup {
-		versions: vec![DRAFT_14],
-		params,
+	let versions = match version {
+		Version::Draft14 => vec![DRAFT_14],
+		Version::Draft15 => Vec::new(),
 	};
-	write(&mut send, &hello).await?;
+	write(&mut send, &Message::ClientSetup { versions, params }, version).await?;
 	let mut reader = Reader::new(recv);
-	match reader.decode(Message::decode).await? {
-		Some(Message::ServerSetup { version, params }) if version == DRAFT_14 => Ok((
+	match reader.decode(|buf| Message::decode_for(buf, version)).await? {
+		Some(Message::ServerSetup {
+			version: chosen,
+			params,
+		}) if chosen == version.number() => Ok((
 			Control {
 				send,
 				reader,
 				side: Side::Client,
+				version,
 			},
 			peer_setup(&params),
 		)),
@@ -304,10 +317,10 @@ fn peer_setup(params: &Parameters) -> PeerSetup {
 	}
 }
 
-async fn write<S: SendStream>(send: &mut S, message: &Message) -> Result<(), Error> {
+async fn write<S: SendStream>(send: &mut S, message: &Message, version: Version) -> Result<(), Error> {
 	let mut out = Vec::new();
 	message
-		.try_encode(&mut out)
+		.encode_for(version, &mut out)
 		.map_err(|_| violation("a message we cannot encode"))?;
 	let mut bytes = Bytes::from(out);
 	kio::wait(|w| send.poll_write(w, &mut bytes)).await?;
@@ -346,6 +359,7 @@ struct Inner<T: Transport> {
 	transport: T,
 	config: Config,
 	side: Side,
+	version: Version,
 	out: Queue<Message>,
 	/// Our next request id, and the peer's grant.
 	next_request_id: Cell<u64>,
@@ -355,8 +369,8 @@ struct Inner<T: Transport> {
 	granted: Cell<u64>,
 	/// The peer's SUBSCRIBEs, by request id.
 	subscriptions: RefCell<HashMap<u64, Task>>,
-	/// The peer's SUBSCRIBE_NAMESPACEs, by prefix.
-	announcers: RefCell<HashMap<Namespace, Task>>,
+	/// The peer's SUBSCRIBE_NAMESPACEs, by prefix, with their request ids.
+	announcers: RefCell<HashMap<Namespace, (u64, Task)>>,
 	/// Our SUBSCRIBEs waiting for their reply: the track their objects go to.
 	pending: RefCell<HashMap<u64, (TrackProducer, Queue<Reply>)>>,
 	/// Counts the aliases the peer gave: a subgroup stream that beat its SUBSCRIBE_OK (another
@@ -510,6 +524,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		transport,
 		config,
 		side: control.side,
+		version: control.version,
 		out: Queue::bounded(CONTROL_QUEUE),
 		next_request_id: Cell::new(ours),
 		peer_max: Cell::new(peer.max_request_id),
@@ -540,7 +555,7 @@ pub fn start<T: Transport + Clone + 'static>(
 
 async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T::SendHalf) {
 	while let Some(message) = inner.out.pop().await {
-		if write(&mut send, &message).await.is_err() {
+		if write(&mut send, &message, inner.version).await.is_err() {
 			// The peer stopped (or reset) the control stream, which may not end with the session
 			// live; a connection already closed keeps its own code.
 			inner.fail(&violation("the control stream was stopped"));
@@ -551,7 +566,8 @@ async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T:
 
 async fn read_control<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>, mut reader: Reader<T::RecvHalf>) {
 	loop {
-		let message = match reader.decode(Message::decode).await {
+		let version = inner.version;
+		let message = match reader.decode(|buf| Message::decode_for(buf, version)).await {
 			Ok(Some(message)) => message,
 			// The control stream may not end while the session lives.
 			Ok(None) => {
@@ -666,7 +682,11 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 		Message::PublishNamespaceOk(_)
 		| Message::PublishNamespaceError(_)
 		| Message::SubscribeNamespaceOk(_)
-		| Message::SubscribeNamespaceError(_) => {}
+		| Message::SubscribeNamespaceError(_)
+		| Message::RequestOk { .. } => {}
+		Message::UnsubscribeNamespaceRequest(request_id) => {
+			inner.announcers.borrow_mut().retain(|_, (id, _)| *id != request_id);
+		}
 		Message::PublishNamespaceCancel { namespace, .. } => {
 			// The peer takes no more of what we announced under it: stop announcing there.
 			inner.announcers.borrow_mut().remove(&namespace);
@@ -702,7 +722,35 @@ async fn refuse<T: Transport + 'static>(inner: &Inner<T>, kind: fn(RequestError)
 		code: request_code::NOT_SUPPORTED,
 		reason: "not supported".into(),
 	};
-	inner.send(kind(error)).await;
+	inner.send(error_message(inner.version, kind, error)).await;
+}
+
+/// A refusal as `version` sends it: draft-14's message of its kind, draft-15's REQUEST_ERROR
+/// (0x05: SUBSCRIBE_ERROR's layout).
+fn error_message(version: Version, kind: fn(RequestError) -> Message, error: RequestError) -> Message {
+	match version {
+		Version::Draft14 => kind(error),
+		Version::Draft15 => Message::SubscribeError(error),
+	}
+}
+
+/// A request done, as `version` says it: draft-14's message of its kind, draft-15's REQUEST_OK.
+fn ok_message(version: Version, kind: fn(u64) -> Message, request_id: u64) -> Message {
+	match version {
+		Version::Draft14 => kind(request_id),
+		Version::Draft15 => Message::RequestOk {
+			request_id,
+			params: Parameters::default(),
+		},
+	}
+}
+
+/// DOES_NOT_EXIST's code in `version`.
+fn does_not_exist(version: Version) -> u64 {
+	match version {
+		Version::Draft14 => request_code::DOES_NOT_EXIST,
+		Version::Draft15 => request_code::DOES_NOT_EXIST_15,
+	}
 }
 
 // --- the publisher half ----------------------------------------------------------------------
@@ -711,7 +759,9 @@ async fn refuse<T: Transport + 'static>(inner: &Inner<T>, kind: fn(RequestError)
 async fn subscribe_namespace<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u64, prefix: Namespace) {
 	let Some(origin) = &inner.publish else {
 		// Nothing to announce: the set is simply empty.
-		inner.send(Message::SubscribeNamespaceOk(request_id)).await;
+		inner
+			.send(ok_message(inner.version, Message::SubscribeNamespaceOk, request_id))
+			.await;
 		return;
 	};
 	if inner.announcers.borrow().len() >= inner.config.limits.subscriptions {
@@ -720,13 +770,17 @@ async fn subscribe_namespace<T: Transport + 'static>(inner: &Rc<Inner<T>>, reque
 			code: request_code::INTERNAL_ERROR,
 			reason: "too many namespace subscriptions".into(),
 		};
-		inner.send(Message::SubscribeNamespaceError(error)).await;
+		inner
+			.send(error_message(inner.version, Message::SubscribeNamespaceError, error))
+			.await;
 		return;
 	}
-	inner.send(Message::SubscribeNamespaceOk(request_id)).await;
+	inner
+		.send(ok_message(inner.version, Message::SubscribeNamespaceOk, request_id))
+		.await;
 	let cursor = origin.announced(&Path::new(&prefix.to_path()));
 	let task = Task(kio::spawn(announce(inner.clone(), prefix.clone(), cursor)));
-	inner.announcers.borrow_mut().insert(prefix, task);
+	inner.announcers.borrow_mut().insert(prefix, (request_id, task));
 }
 
 async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace, mut cursor: model::AnnounceCursor) {
@@ -765,7 +819,7 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 	};
 	let Some(origin) = &inner.publish else {
 		inner
-			.send(refused(request_code::DOES_NOT_EXIST, "nothing published here"))
+			.send(refused(does_not_exist(inner.version), "nothing published here"))
 			.await;
 		return;
 	};
@@ -780,7 +834,9 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 		.broadcast(&path)
 		.and_then(|broadcast| broadcast.subscribe_track(&subscribe.name, Subscription::default()));
 	let Ok(mut cursor) = cursor else {
-		inner.send(refused(request_code::DOES_NOT_EXIST, "no such track")).await;
+		inner
+			.send(refused(does_not_exist(inner.version), "no such track"))
+			.await;
 		return;
 	};
 	// From the latest group now (LargestObject: the live edge, its group whole, as moq-lite
@@ -870,7 +926,7 @@ async fn send_group<T: Transport + 'static>(
 		track_alias: alias,
 		group: sequence,
 		subgroup: SubgroupId::Zero,
-		publisher_priority: 128,
+		publisher_priority: Some(128),
 		extensions: false,
 		end_of_group: true,
 	};
@@ -941,12 +997,14 @@ async fn ask_for_namespaces<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 
 /// Takes a PUBLISH_NAMESPACE into the origin, its tracks fetched on demand.
 async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, request_id: u64, namespace: Namespace) {
+	let version = inner.version;
 	let refused = |code, reason: &str| {
-		Message::PublishNamespaceError(RequestError {
+		let error = RequestError {
 			request_id,
 			code,
 			reason: reason.into(),
-		})
+		};
+		error_message(version, Message::PublishNamespaceError, error)
 	};
 	let Some(origin) = &inner.subscribe else {
 		inner
@@ -979,7 +1037,9 @@ async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, re
 			.await;
 		return;
 	};
-	inner.send(Message::PublishNamespaceOk(request_id)).await;
+	inner
+		.send(ok_message(inner.version, Message::PublishNamespaceOk, request_id))
+		.await;
 	let tracks = Task(kio::spawn(serve_requests(
 		inner.clone(),
 		namespace.clone(),
@@ -1186,15 +1246,16 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 	inner: &Inner<T>,
 	reader: &mut Reader<R>,
 ) -> Result<(), Error> {
+	let version = inner.version;
 	let Some(header) = reader
 		.decode(|buf| {
 			// A stream of another type is not ours to read (FETCH_HEADER: we never fetch).
 			let mut peek = *buf;
 			let kind = crate::coding::decode_varint(&mut peek)?;
-			if !SubgroupHeader::is_type(kind) {
+			if !SubgroupHeader::is_type(kind, version) {
 				return Err(DecodeError::UnexpectedStream(kind));
 			}
-			SubgroupHeader::decode(buf)
+			SubgroupHeader::decode_for(buf, version)
 		})
 		.await?
 	else {

@@ -8,7 +8,7 @@
 //!
 //! | URL | transport |
 //! |---|---|
-//! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`), the path and query in SETUP |
+//! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`; or an IETF draft's, `moq-00` or `moqt-15`, with [`Client::protocol`]), the path and query in SETUP |
 //! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
 //! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
 //! | `ws://host:port/path?jwt=…` | QMux over a WebSocket on the relay's HTTP port (TCP), the path and query in the upgrade, `qmux-01.moq-lite-05` offered: where UDP cannot go |
@@ -107,17 +107,31 @@ pub enum Protocol {
 	Lite,
 	/// IETF moq-transport draft-14 (ALPN `moq-00`, the version chosen in CLIENT_SETUP).
 	Draft14,
+	/// IETF moq-transport draft-15 (ALPN `moqt-15`).
+	Draft15,
+}
+
+impl Protocol {
+	/// The IETF draft, if it is one.
+	fn ietf(self) -> Option<ietf::Version> {
+		match self {
+			Self::Lite => None,
+			Self::Draft14 => Some(ietf::Version::Draft14),
+			Self::Draft15 => Some(ietf::Version::Draft15),
+		}
+	}
 }
 
 impl std::str::FromStr for Protocol {
 	type Err = String;
 
-	/// `moq-lite-05` or `moq-transport-14` (the public clients' names for them).
+	/// `moq-lite-05`, `moq-transport-14` or `moq-transport-15` (the public clients' names).
 	fn from_str(text: &str) -> Result<Self, String> {
 		match text {
 			"moq-lite-05" | "lite" => Ok(Self::Lite),
 			"moq-transport-14" | "draft-14" => Ok(Self::Draft14),
-			other => Err(format!("{other}: not moq-lite-05 or moq-transport-14")),
+			"moq-transport-15" | "draft-15" => Ok(Self::Draft15),
+			other => Err(format!("{other}: not moq-lite-05, moq-transport-14 or -15")),
 		}
 	}
 }
@@ -230,17 +244,18 @@ impl Client {
 			return self.connect_qmux(url, addr, &verification).await;
 		}
 		let endpoint = self.endpoint_for(addr)?;
-		let alpn = match (url.scheme, self.protocol) {
-			(Scheme::Moqt, Protocol::Lite) => moq_quic::ALPN_MOQ_LITE_05,
-			(Scheme::Moqt, Protocol::Draft14) => ietf::ALPN_DRAFT_14,
+		let alpn = match (url.scheme, self.protocol.ietf()) {
+			(Scheme::Moqt, None) => moq_quic::ALPN_MOQ_LITE_05,
+			(Scheme::Moqt, Some(version)) => version.alpn(),
 			_ => h3::ALPN,
 		};
 		let connection = handshake(&endpoint, addr, url, &verification, alpn).await?;
 		let (peer, protocol, inner) = match url.scheme {
-			Scheme::Moqt if self.protocol == Protocol::Draft14 => {
+			Scheme::Moqt if self.protocol.ietf().is_some() => {
+				let version = self.protocol.ietf().expect("a draft");
 				let config = self.config(None);
 				let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
-				let (control, setup) = ietf::session::connect(&connection, Some(&url.path), grant)
+				let (control, setup) = ietf::session::connect(&connection, Some(&url.path), grant, version)
 					.await
 					.context("CLIENT_SETUP")?;
 				let session = ietf::session::start(
@@ -446,7 +461,7 @@ enum Inner {
 		connection: Connection,
 		session: session::Session<Connection>,
 	},
-	/// IETF moq-transport draft-14 over raw QUIC.
+	/// An IETF moq-transport draft over raw QUIC.
 	Ietf {
 		connection: Connection,
 		session: ietf::session::Session<Connection>,

@@ -57,7 +57,8 @@ struct Args {
 	/// became unreachable says nothing): the QUIC idle timeout, with keep-alives at a third of it.
 	#[arg(long, global = true, value_name = "DURATION", default_value = "30s")]
 	idle_timeout: Span,
-	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF draft moq-transport-14.
+	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF drafts moq-transport-14
+	/// and moq-transport-15.
 	#[arg(long, global = true, value_name = "VERSION", default_value = "moq-lite-05")]
 	version: moq_client::Protocol,
 }
