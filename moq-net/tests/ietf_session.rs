@@ -283,3 +283,19 @@ fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
 		drop(cursor);
 	});
 }
+
+#[test]
+fn a_session_that_ends_withdraws_what_its_peer_published() {
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let publisher_origin = Origin::new(1);
+		let info = video(std::time::Duration::from_secs(30), 0);
+		let (_broadcast, _track, _publication) = local_broadcast(&publisher_origin, "clock", info);
+		let (_client, relay_side) = connect(VERSION, &relay, "", Some(&publisher_origin), None).await;
+		let seen = announced(&relay, "clock").await;
+		// The relay's side ends (its connection went): the peer's namespace goes with it, and the
+		// tasks that served it (they held the session's state) with it.
+		drop(relay_side);
+		let _ = seen.closed().await;
+	});
+}

@@ -214,7 +214,10 @@ impl<R: RecvStream> Reader<R> {
 				return Err(violation("a stream ended inside an object"));
 			}
 		}
-		let bytes = Bytes::copy_from_slice(&self.buf.split_to(len));
+		let bytes = Bytes::copy_from_slice(&self.buf[..len]);
+		// What is left (less than a chunk) moves to a buffer of its own: split off, it would keep
+		// the whole allocation alive while the charge counts only its tail.
+		self.buf = BytesMut::from(&self.buf[len..]);
 		self.account()?;
 		Ok(bytes)
 	}
@@ -226,6 +229,8 @@ pub struct Control<T: Transport> {
 	reader: Reader<T::RecvHalf>,
 	side: Side,
 	version: Version,
+	/// The request ids granted the peer in SETUP.
+	granted: u64,
 }
 
 /// Accepts the client's control stream and answers its CLIENT_SETUP (a server) in `version`
@@ -261,6 +266,7 @@ pub async fn accept<T: Transport>(
 			reader,
 			side: Side::Server,
 			version,
+			granted: max_request_id,
 		},
 		peer,
 	))
@@ -295,6 +301,7 @@ pub async fn connect<T: Transport>(
 				reader,
 				side: Side::Client,
 				version,
+				granted: max_request_id,
 			},
 			peer_setup(&params),
 		)),
@@ -386,6 +393,10 @@ struct Inner<T: Transport> {
 	/// Bytes of objects received in part, over all the session's streams
 	/// (`Limits::partial_bytes`; a child of the relay's gauge).
 	partial: Budget,
+	/// Subscriptions the peer ended (PUBLISH_DONE), kept a moment for their late streams.
+	closing: RefCell<Vec<Task>>,
+	/// The peer's grant of request ids, counted as it grows (what waits for one watches it).
+	grants: kio::sync::Producer<u64>,
 }
 
 impl<T: Transport + 'static> Inner<T> {
@@ -443,6 +454,25 @@ impl<T: Transport + 'static> Inner<T> {
 		}
 	}
 
+	/// Our next request id, once the peer's grant allows one.
+	async fn next_request_id_granted(&self) -> u64 {
+		let grants = self.grants.consume();
+		loop {
+			let seen = *grants.read();
+			if let Some(id) = self.our_request_id() {
+				return id;
+			}
+			let grew = grants.wait(|count| match *count != seen {
+				true => std::task::Poll::Ready(()),
+				false => std::task::Poll::Pending,
+			});
+			if grew.await.is_err() {
+				// The session is gone; this task is aborted with it.
+				std::future::pending::<()>().await;
+			}
+		}
+	}
+
 	/// Our next request id, if the peer's grant allows it.
 	fn our_request_id(&self) -> Option<u64> {
 		let id = self.next_request_id.get();
@@ -489,9 +519,23 @@ impl<T: Transport + 'static> Session<T> {
 }
 
 impl<T: Transport + 'static> Drop for Session<T> {
+	/// Closes the transport and ends everything the session runs: the tasks in its maps hold the
+	/// session's state, so they would outlive it (and keep the peer's namespaces published)
+	/// unless aborted here. Each map is taken out first and dropped outside its borrow.
 	fn drop(&mut self) {
 		self.inner.out.close();
 		self.inner.close(code::NO_ERROR);
+		let subscriptions = std::mem::take(&mut *self.inner.subscriptions.borrow_mut());
+		let announcers = std::mem::take(&mut *self.inner.announcers.borrow_mut());
+		let mirrored = std::mem::take(&mut *self.inner.mirrored.borrow_mut());
+		let pending = std::mem::take(&mut *self.inner.pending.borrow_mut());
+		let upstream = std::mem::take(&mut *self.inner.upstream.borrow_mut());
+		let closing = std::mem::take(&mut *self.inner.closing.borrow_mut());
+		drop((subscriptions, announcers, pending, upstream, closing));
+		// The peer's namespaces end as a dropped publisher's.
+		for (_, mirrored) in mirrored {
+			mirrored.broadcast.abort(model::Error::Dropped);
+		}
 	}
 }
 
@@ -512,14 +556,8 @@ pub fn start<T: Transport + Clone + 'static>(
 		Some(counters) => counters.partial_bytes.child(config.limits.partial_bytes),
 		None => Budget::new(config.limits.partial_bytes),
 	};
-	let granted = initial_grant(
-		&config,
-		if control.side == Side::Server {
-			Side::Client
-		} else {
-			Side::Server
-		},
-	);
+	// What SETUP granted the peer, whatever the limits set since.
+	let granted = control.granted;
 	let inner = Rc::new(Inner {
 		transport,
 		config,
@@ -540,6 +578,8 @@ pub fn start<T: Transport + Clone + 'static>(
 		subscribe,
 		closed: Cell::new(None),
 		partial,
+		closing: RefCell::default(),
+		grants: kio::sync::Producer::new(0),
 	});
 	let Control { send, reader, .. } = control;
 	let mut tasks = vec![
@@ -600,6 +640,9 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 				return Err(violation("MAX_REQUEST_ID did not grow"));
 			}
 			inner.peer_max.set(max);
+			if let Ok(mut count) = inner.grants.write() {
+				*count += 1;
+			}
 		}
 		Message::RequestsBlocked(_) => {}
 		Message::SubscribeNamespace { request_id, prefix, .. } => {
@@ -659,25 +702,29 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 			let _ = waiting.try_push(Reply::Subscribed(ok));
 		}
 		Message::SubscribeError(error) => {
-			if let Some((_, waiting)) = inner.pending.borrow_mut().remove(&error.request_id) {
+			let waiting = inner.pending.borrow_mut().remove(&error.request_id);
+			if let Some((_, waiting)) = waiting {
 				let _ = waiting.try_push(Reply::Refused(error));
 			}
 		}
 		Message::PublishDone { request_id, status, .. } => {
-			let mut upstream = inner.upstream.borrow_mut();
-			let alias = upstream
-				.iter()
-				.find(|(_, u)| u.request_id == request_id)
-				.map(|(a, _)| *a);
-			if let Some(done) = alias.and_then(|alias| upstream.remove(&alias)) {
-				match status {
-					done_code::TRACK_ENDED => {
-						let _ = done.track.finish();
-					}
-					_ => done.track.abort(model::Error::Dropped),
-				}
+			let alias = {
+				let upstream = inner.upstream.borrow();
+				upstream
+					.iter()
+					.find(|(_, u)| u.request_id == request_id)
+					.map(|(a, _)| *a)
+			};
+			if let Some(alias) = alias {
+				// Its last streams may still be on their way (they race the control stream):
+				// the alias stays known for a moment, then the track ends.
+				let ending = Task(kio::spawn(end_upstream(inner.clone(), alias, status)));
+				let mut closing = inner.closing.borrow_mut();
+				closing.retain(|task| !task.0.is_finished());
+				closing.push(ending);
 			}
 		}
+
 		// Replies to our PUBLISH_NAMESPACE and SUBSCRIBE_NAMESPACE: nothing waits on them.
 		Message::PublishNamespaceOk(_)
 		| Message::PublishNamespaceError(_)
@@ -789,10 +836,8 @@ async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace
 		let update = cursor.next().await;
 		let namespace = Namespace::from_path(base.join(&update.path).as_str());
 		if update.broadcast.is_some() {
-			let Some(request_id) = inner.our_request_id() else {
-				// The peer's grant is spent: its namespaces wait for more.
-				continue;
-			};
+			// The peer's grant spent, this namespace waits for more (MAX_REQUEST_ID).
+			let request_id = inner.next_request_id_granted().await;
 			let params = Parameters::default();
 			inner
 				.send(Message::PublishNamespace {
@@ -887,7 +932,8 @@ async fn send_track<T: Transport + 'static>(
 				}
 				streams += 1;
 				let first = *first.get_or_insert_with(|| group.sequence());
-				let rank = crate::lite::session::stream_priority(priority, false, first, group.sequence());
+				// The drafts' 0 is first; a stream's higher priority is.
+				let rank = crate::lite::session::stream_priority(255 - priority, false, first, group.sequence());
 				in_flight.push_back(Task(kio::spawn(send_group(inner.clone(), request_id, rank, group))));
 			}
 			Ok(None) => break done_code::TRACK_ENDED,
@@ -1122,6 +1168,35 @@ async fn forward<T: Transport + 'static>(
 	broadcast.remove_track(&track);
 }
 
+/// An upstream SUBSCRIBE's entries, removed when it ends (UNSUBSCRIBE sent if the peer still
+/// serves it).
+struct Upstreaming<T: Transport + 'static> {
+	inner: Rc<Inner<T>>,
+	request_id: u64,
+	alias: Option<u64>,
+}
+
+impl<T: Transport + 'static> Drop for Upstreaming<T> {
+	fn drop(&mut self) {
+		// Dropped while the session itself is torn down (its maps borrowed to be emptied),
+		// there is nothing to tidy.
+		let Ok(mut pending) = self.inner.pending.try_borrow_mut() else {
+			return;
+		};
+		let waiting = pending.remove(&self.request_id);
+		drop(pending);
+		drop(waiting);
+		let served = match (self.alias, self.inner.upstream.try_borrow_mut()) {
+			(Some(alias), Ok(mut upstream)) => upstream.remove(&alias),
+			_ => None,
+		};
+		if served.is_some() {
+			// Best effort: a full control queue drops it, and the peer's streams are stopped.
+			let _ = self.inner.out.try_push(Message::Unsubscribe(self.request_id));
+		}
+	}
+}
+
 /// One upstream SUBSCRIBE, until demand ends (UNSUBSCRIBE) or the peer ends it (PUBLISH_DONE).
 async fn subscribe_upstream<T: Transport + 'static>(
 	inner: &Rc<Inner<T>>,
@@ -1140,6 +1215,13 @@ async fn subscribe_upstream<T: Transport + 'static>(
 		.pending
 		.borrow_mut()
 		.insert(request_id, (track.clone(), waiting.clone()));
+	// However this ends (its namespace withdrawn aborts it mid-wait), its entries go and the
+	// peer hears UNSUBSCRIBE.
+	let mut guard = Upstreaming {
+		inner: inner.clone(),
+		request_id,
+		alias: None,
+	};
 	let subscribe = Subscribe {
 		request_id,
 		namespace: namespace.clone(),
@@ -1152,12 +1234,12 @@ async fn subscribe_upstream<T: Transport + 'static>(
 	};
 	inner.send(Message::Subscribe(subscribe)).await;
 	let answer = waiting.pop().await;
-	inner.pending.borrow_mut().remove(&request_id);
 	let alias = match answer {
 		Some(Reply::Subscribed(ok)) => ok.track_alias,
 		Some(Reply::Refused(error)) => return Err(error),
 		None => return Ok(()),
 	};
+	guard.alias = Some(alias);
 	let mut seen = 0;
 	loop {
 		let demand = kio::wait(|waiter| {
@@ -1176,12 +1258,24 @@ async fn subscribe_upstream<T: Transport + 'static>(
 			// subscription's groups may be numbered afresh), unless someone came back meanwhile.
 			Some(None) => {
 				if track.start_over() {
-					if inner.upstream.borrow_mut().remove(&alias).is_some() {
-						inner.send(Message::Unsubscribe(request_id)).await;
-					}
+					// The guard says UNSUBSCRIBE.
 					return Ok(());
 				}
 			}
+		}
+	}
+}
+
+/// Ends an upstream subscription the peer ended, once its late streams had [`ALIAS_WAIT`].
+async fn end_upstream<T: Transport + 'static>(inner: Rc<Inner<T>>, alias: u64, status: u64) {
+	kio::time::sleep(ALIAS_WAIT).await;
+	let done = inner.upstream.borrow_mut().remove(&alias);
+	if let Some(done) = done {
+		match status {
+			done_code::TRACK_ENDED => {
+				let _ = done.track.finish();
+			}
+			_ => done.track.abort(model::Error::Dropped),
 		}
 	}
 }

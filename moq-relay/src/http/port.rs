@@ -2,7 +2,7 @@
 //!
 //! | First bytes                                  | Is                                      |
 //! |----------------------------------------------|-----------------------------------------|
-//! | `16` (a TLS handshake record)                | TLS: by the ALPN the handshake chose, QMux records (`qmux-01.moq-lite-05`, ...) or HTTP over TLS (`http/1.1`, or none: `https://`, `wss://`) |
+//! | `16 03` (a TLS handshake record)             | TLS: by the ALPN the handshake chose, QMux records (`qmux-01.moq-lite-05`, ...) or HTTP over TLS (`http/1.1`, or none: `https://`, `wss://`) |
 //! | a varint, then `ff 51 53 30 0d 0a 0d 0a`     | plaintext QMux (`tcp://`): a record holding QX_TRANSPORT_PARAMETERS, which QMux sends first |
 //! | anything else                                | HTTP                                    |
 //!
@@ -115,7 +115,9 @@ enum Kind {
 /// What the first bytes say, once they say it.
 fn classify(first: &[u8]) -> Option<Kind> {
 	let &byte = first.first()?;
-	if byte == TLS_HANDSHAKE {
+	// A TLS record's version follows (0x03 0x0N); a QMux record of 22 bytes has a frame type
+	// there instead (0xff).
+	if byte == TLS_HANDSHAKE && *first.get(1)? == 0x03 {
 		return Some(Kind::Tls);
 	}
 	// A record's size is a varint of 1, 2, 4 or 8 bytes; its first frame's type follows.
@@ -134,7 +136,11 @@ mod tests {
 	#[test]
 	fn the_first_bytes_tell_tls_qmux_and_http_apart() {
 		assert_eq!(classify(&[]), None);
+		assert_eq!(classify(&[0x16]), None);
 		assert_eq!(classify(&[0x16, 0x03, 0x01]), Some(Kind::Tls));
+		// A 22-byte QMux record: its size is 0x16 too.
+		let short = [0x16, 0xff, 0x51, 0x53, 0x30, 0x0d, 0x0a, 0x0d, 0x0a];
+		assert_eq!(classify(&short), Some(Kind::Qmux));
 		// The public native client's first record on `tcp://` (a two-byte size).
 		let qmux = [0x40, 0x59, 0xff, 0x51, 0x53, 0x30, 0x0d, 0x0a, 0x0d, 0x0a, 0x40];
 		for cut in 1..qmux.len() {
