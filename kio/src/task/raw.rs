@@ -66,9 +66,14 @@ impl<F: Future> TaskCell<F> {
 	}
 
 	fn finish(&self, result: Result<F::Output, JoinError>) {
-		// The old stage (the future) drops here, in place, after the new one is written.
-		let old = std::mem::replace(&mut *self.stage.borrow_mut(), Stage::Finished(result));
-		drop(old);
+		// The future drops here, in place (it is pinned there: a future that borrows from itself
+		// reads its own fields as it drops), and then its result takes the place. Moved out
+		// first (`mem::replace`, as before), an aborted future's drop read the place after the
+		// result overwrote it: an async fn's guard holding a reference to its caller's argument
+		// faulted (`a_finished_or_aborted_task_s_future_drops_where_it_was_pinned`). The stage
+		// is borrowed meanwhile; what a drop may call on its own task (`is_finished`,
+		// `poll_join`, `abort`) only tries to borrow it.
+		*self.stage.borrow_mut() = Stage::Finished(result);
 		self.joiners.borrow_mut().wake();
 	}
 }
