@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kio::JoinHandle;
 use kio::sync::{Budget, Charge, Queue};
 
@@ -215,10 +215,16 @@ impl<R: RecvStream> Reader<R> {
 			}
 		}
 		let bytes = Bytes::copy_from_slice(&self.buf[..len]);
-		// What is left (less than a chunk) moves to a buffer of its own: split off, it would keep
-		// the whole allocation alive while the charge counts only its tail.
-		self.buf = BytesMut::from(&self.buf[len..]);
-		self.account()?;
+		self.buf.advance(len);
+		// The allocation stays whole behind what is left, and stays charged whole. Once what is
+		// left is at most half the charge, it moves to a buffer of its own and the charge
+		// shrinks to it: each move at most halves the charge, so the copying is bounded by what
+		// arrives, not paid again for each object of a chunk.
+		let charged = self.charges.as_ref().map_or(0, |(partial, _)| partial.amount());
+		if (self.buf.len() as u64).saturating_mul(2) <= charged {
+			self.buf = BytesMut::from(&self.buf[..]);
+			self.account()?;
+		}
 		Ok(bytes)
 	}
 }
