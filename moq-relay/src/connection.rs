@@ -68,11 +68,9 @@ pub(crate) async fn serve_connection(relay: Arc<Relay>, conn: Connection, worker
 		if let Some(opened) = Box::pin(open_webtransport(&relay, conn, config, worker)).await {
 			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 		}
-	} else if let Some(version) = ietf::Version::from_alpn(&alpn) {
-		if let Some(opened) = Box::pin(open_ietf(&relay, conn, config, worker, version)).await {
-			serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
-		}
-	} else if let Some(opened) = Box::pin(open_quic(&relay, conn, config, worker)).await {
+	} else if let Some(opened) =
+		Box::pin(open_quic(&relay, conn, config, worker, ietf::Version::from_alpn(&alpn))).await
+	{
 		serve_session(&relay, opened, &|window| quic.set_receive_window(window), ends).await;
 	}
 }
@@ -138,19 +136,34 @@ pub(crate) struct Opened<T: Transport> {
 	pub(crate) link: Link,
 }
 
-/// A raw QUIC connection: SETUP (the path is in it), then auth.
+/// A raw QUIC connection: SETUP, moq-lite's or (`draft`, the ALPN's) an IETF draft's
+/// CLIENT_SETUP on its control stream; the path is in it (the draft's PATH parameter), then auth.
 async fn open_quic(
 	relay: &Relay,
 	conn: Connection,
 	config: session::Config,
 	worker: usize,
+	draft: Option<ietf::Version>,
 ) -> Option<Opened<Connection>> {
 	let remote = conn.remote_address();
 	let deadline = kio::time::now() + relay.limits.setup_timeout;
-	let peer = setup_by(&conn, &config, deadline, remote).await?;
-	let url = peer.path.clone().unwrap_or_default();
-	let Some(grant) = authorize(relay, &url, remote) else {
-		conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
+	let (path, peer, unauthorized) = match draft {
+		None => {
+			let peer = setup_by(&conn, &config, deadline, remote).await?;
+			(peer.path.clone(), PeerSetup::Lite(peer), ErrorCode::Unauthorized.code())
+		}
+		Some(version) => {
+			let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
+			let (control, peer) = ietf_setup_by(&conn, grant_ids, version, deadline, remote).await?;
+			(
+				peer.path.clone(),
+				PeerSetup::Ietf(Box::new(control), peer),
+				ietf::code::UNAUTHORIZED,
+			)
+		}
+	};
+	let Some(grant) = authorize(relay, &path.unwrap_or_default(), remote) else {
+		conn.close(unauthorized, "unauthorized");
 		return None;
 	};
 	let link = Link {
@@ -161,39 +174,7 @@ async fn open_quic(
 	Some(Opened {
 		transport: conn,
 		config,
-		peer: peer.into(),
-		grant,
-		link,
-	})
-}
-
-/// A raw QUIC connection on an IETF draft's ALPN (`moq-00`, `moqt-15`): CLIENT_SETUP on the
-/// control stream (its PATH parameter is the path, as moq-lite's SETUP's), then auth.
-async fn open_ietf(
-	relay: &Relay,
-	conn: Connection,
-	config: session::Config,
-	worker: usize,
-	version: ietf::Version,
-) -> Option<Opened<Connection>> {
-	let remote = conn.remote_address();
-	let deadline = kio::time::now() + relay.limits.setup_timeout;
-	let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
-	let (control, peer) = ietf_setup_by(&conn, grant_ids, version, deadline, remote).await?;
-	let url = peer.path.clone().unwrap_or_default();
-	let Some(grant) = authorize(relay, &url, remote) else {
-		conn.close(ietf::code::UNAUTHORIZED, "unauthorized");
-		return None;
-	};
-	let link = Link {
-		remote,
-		worker,
-		transport: "quic",
-	};
-	Some(Opened {
-		transport: conn,
-		config,
-		peer: PeerSetup::Ietf(Box::new(control), peer),
+		peer,
 		grant,
 		link,
 	})
