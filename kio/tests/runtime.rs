@@ -226,6 +226,50 @@ fn a_self_waking_task_does_not_starve_a_cross_thread_wake() {
 	thread.join().unwrap();
 }
 
+/// The loop turn each of `tasks` spawned-at-once tasks first ran in, on a ring of
+/// `ring_entries`.
+fn turns_of_spawned(tasks: usize, ring_entries: u32) -> Vec<u64> {
+	let rt = Builder::single().ring_entries(ring_entries).build().unwrap();
+	rt.block_on(async move {
+		let ran: Rc<std::cell::RefCell<Vec<u64>>> = Rc::default();
+		let handles: Vec<_> = (0..tasks)
+			.map(|_| {
+				let ran = ran.clone();
+				kio::spawn(async move { ran.borrow_mut().push(kio::stats().turns) })
+			})
+			.collect();
+		for handle in handles {
+			handle.await.unwrap();
+		}
+		Rc::try_unwrap(ran).unwrap().into_inner()
+	})
+}
+
+#[test]
+fn a_turn_polls_every_task_queued_when_it_began() {
+	// 200 tasks are three budgets' worth: they still run in one sweep, with one ring enter after
+	// it rather than three between.
+	let turns = turns_of_spawned(200, 256);
+	assert_eq!(turns.len(), 200);
+	assert!(
+		turns.iter().all(|&turn| turn == turns[0]),
+		"the sweep was split: {turns:?}"
+	);
+}
+
+#[test]
+fn a_sweep_stops_at_the_submission_queue_s_size() {
+	// What the swept tasks stage must fit in the submission queue: 64 entries here, so 200
+	// queued tasks take four turns (the first three of 64 each).
+	let turns = turns_of_spawned(200, 64);
+	let mut per_turn = std::collections::BTreeMap::<u64, usize>::new();
+	for turn in turns {
+		*per_turn.entry(turn).or_default() += 1;
+	}
+	let sizes: Vec<usize> = per_turn.into_values().collect();
+	assert_eq!(sizes, [64, 64, 64, 8], "tasks per turn");
+}
+
 struct DropCount(Arc<AtomicUsize>);
 
 impl Drop for DropCount {

@@ -297,6 +297,11 @@ impl Ring {
 		self.wake_fd.as_raw_fd()
 	}
 
+	/// How many entries the submission queue holds.
+	pub(crate) fn sq_entries(&self) -> usize {
+		self.ring.params().sq_entries() as usize
+	}
+
 	/// Whether entries wait in the spill queue: the worker must not park before they are in.
 	pub(crate) fn has_spill(&self) -> bool {
 		!self.spill.is_empty()
