@@ -299,3 +299,183 @@ fn a_session_that_ends_withdraws_what_its_peer_published() {
 		let _ = seen.closed().await;
 	});
 }
+
+/// A hostile peer's session, set up by hand: its control stream's two halves and the relay's
+/// session (which subscribes into `relay`, and publishes from it if `publish`), with `config`.
+async fn hostile_peer(
+	relay: &Origin,
+	config: Config,
+) -> (
+	Memory,
+	Memory,
+	<Memory as moq_net::transport::Transport>::SendHalf,
+	<Memory as moq_net::transport::Transport>::RecvHalf,
+	Session<Memory>,
+) {
+	hostile_peer_of(relay, config, false).await
+}
+
+async fn hostile_peer_of(
+	relay: &Origin,
+	config: Config,
+	publish: bool,
+) -> (
+	Memory,
+	Memory,
+	<Memory as moq_net::transport::Transport>::SendHalf,
+	<Memory as moq_net::transport::Transport>::RecvHalf,
+	Session<Memory>,
+) {
+	let (peer_end, relay_end) = memory::pair();
+	let grant = session::initial_grant(&config, session::Side::Client);
+	let relay_end2 = relay_end.clone();
+	let accept = kio::spawn(async move { session::accept(&relay_end2, grant, VERSION).await });
+	let (mut send, recv) = peer_end.open_bi().await.unwrap();
+	let mut out = Vec::new();
+	Message::ClientSetup {
+		versions: vec![DRAFT_14],
+		params: Parameters::default().with_int(0x2, 100),
+	}
+	.encode(&mut out);
+	send.write(out.into()).await.unwrap();
+	let (control, peer) = accept.await.unwrap().unwrap();
+	let publish = publish.then(|| relay.consumer());
+	let session = session::start(
+		relay_end.clone(),
+		control,
+		config,
+		peer,
+		publish,
+		Some(relay.producer()),
+	);
+	(peer_end, relay_end, send, recv, session)
+}
+
+#[test]
+fn a_control_message_held_in_part_is_charged_and_given_back() {
+	use moq_net::lite::session::{Counters, Limits};
+	use std::sync::Arc;
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let counters = Arc::new(Counters::default());
+		let config = Config {
+			counters: Some(counters.clone()),
+			..Config::default()
+		};
+		let (_peer_end, relay_end, mut send, _recv, session) = hostile_peer(&relay, config).await;
+		// A PUBLISH_NAMESPACE said to be 60,000 bytes long, of which 30,000 come.
+		let mut head = vec![0x06, 0xea, 0x60];
+		head.extend_from_slice(&[0u8; 30_000]);
+		send.write(head.into()).await.unwrap();
+		let mut turns = 0;
+		while counters.partial_bytes.used() < 30_000 {
+			turns += 1;
+			assert!(turns < 10_000, "the half message was never charged");
+			kio::yield_now().await;
+		}
+		// The session ends: what it held is given back.
+		drop(session);
+		assert!(relay_end.closed().await == code::NO_ERROR);
+		let mut turns = 0;
+		while counters.partial_bytes.used() != 0 {
+			turns += 1;
+			assert!(turns < 10_000, "{} still held", counters.partial_bytes.used());
+			kio::yield_now().await;
+		}
+
+		// With a budget smaller than the message, the session closes rather than hold it.
+		let config = Config {
+			limits: Limits {
+				partial_bytes: 16 << 10,
+				..Limits::default()
+			},
+			counters: Some(counters.clone()),
+			..Config::default()
+		};
+		let (_peer_end, relay_end, mut send, _recv, _session) = hostile_peer(&relay, config).await;
+		let mut head = vec![0x06, 0xea, 0x60];
+		head.extend_from_slice(&[0u8; 30_000]);
+		send.write(head.into()).await.unwrap();
+		assert_eq!(relay_end.closed().await, code::INTERNAL_ERROR);
+		assert!(counters.partial_bytes.used() <= 16 << 10);
+	});
+}
+
+#[test]
+fn an_upstream_subscribe_left_unanswered_fails_its_viewers_in_time() {
+	use moq_net::ietf::message::Namespace;
+
+	let runtime = kio::Builder::single().paused_clock(true).build().unwrap();
+	runtime.block_on(async {
+		let relay = Origin::new(100);
+		let (_peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer(&relay, Config::default()).await;
+		let mut out = Vec::new();
+		Message::PublishNamespace {
+			request_id: 0,
+			namespace: Namespace(vec!["x".into()]),
+			params: Parameters::default(),
+		}
+		.encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		let mut cursor = announced(&relay, "x")
+			.await
+			.subscribe_track("t", Subscription::default())
+			.unwrap();
+		let mut buf = Vec::new();
+		read_until(&mut recv, &mut buf, |m| matches!(m, Message::Subscribe(_))).await;
+		// The peer never answers; the paused clock runs on to the relay's deadline.
+		let start = kio::time::now();
+		let ended = cursor.next_group().await;
+		assert!(ended.is_err(), "the viewer learns the track failed: {ended:?}");
+		let waited = kio::time::now() - start;
+		assert!(
+			waited >= std::time::Duration::from_secs(10) && waited < std::time::Duration::from_secs(11),
+			"failed after {waited:?}"
+		);
+	});
+}
+
+#[test]
+fn a_cancelled_namespace_hears_no_done_and_others_do() {
+	use moq_net::ietf::message::Namespace;
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let (_peer_end, _relay_end, mut send, mut recv, _session) =
+			hostile_peer_of(&relay, Config::default(), true).await;
+		let (a, _, a_publication) = local_broadcast(&relay, "a", video(std::time::Duration::from_secs(1), 0));
+		let mut out = Vec::new();
+		Message::SubscribeNamespace {
+			request_id: 0,
+			prefix: Namespace::default(),
+			params: Parameters::default(),
+		}
+		.encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		let mut buf = Vec::new();
+		let announced_a =
+			|m: &Message| matches!(m, Message::PublishNamespace { namespace, .. } if namespace.0 == ["a"]);
+		read_until(&mut recv, &mut buf, announced_a).await;
+		// The peer will not take "a" (and cancels "z", which was never announced).
+		let mut out = Vec::new();
+		for name in ["a", "z"] {
+			Message::PublishNamespaceCancel {
+				namespace: Namespace(vec![name.into()]),
+				code: 0x4,
+				reason: String::new(),
+			}
+			.encode(&mut out);
+		}
+		send.write(out.into()).await.unwrap();
+		let (b, _, b_publication) = local_broadcast(&relay, "b", video(std::time::Duration::from_secs(1), 0));
+		let announced_b =
+			|m: &Message| matches!(m, Message::PublishNamespace { namespace, .. } if namespace.0 == ["b"]);
+		read_until(&mut recv, &mut buf, announced_b).await;
+		// "a" ends, then "b": the first DONE the peer hears is b's.
+		drop((a, a_publication));
+		drop((b, b_publication));
+		let done = read_until(&mut recv, &mut buf, |m| matches!(m, Message::PublishNamespaceDone(_))).await;
+		assert_eq!(done, Message::PublishNamespaceDone(Namespace(vec!["b".into()])));
+	});
+}

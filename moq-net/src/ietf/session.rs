@@ -384,6 +384,10 @@ struct Inner<T: Transport> {
 	subscriptions: RefCell<HashMap<u64, Task>>,
 	/// The peer's SUBSCRIBE_NAMESPACEs, by prefix, with their request ids.
 	announcers: RefCell<HashMap<Namespace, (u64, Task)>>,
+	/// The namespaces we announced to the peer (PUBLISH_NAMESPACE), with how many prefixes of
+	/// its announced each; a PUBLISH_NAMESPACE_CANCEL takes one out, and no PUBLISH_NAMESPACE_DONE
+	/// follows for it.
+	announced: RefCell<HashMap<Namespace, usize>>,
 	/// Our SUBSCRIBEs waiting for their reply: the track their objects go to.
 	pending: RefCell<HashMap<u64, (TrackProducer, Queue<Reply>)>>,
 	/// Counts the aliases the peer gave: a subgroup stream that beat its SUBSCRIBE_OK (another
@@ -576,6 +580,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		granted: Cell::new(granted),
 		subscriptions: RefCell::default(),
 		announcers: RefCell::default(),
+		announced: RefCell::default(),
 		pending: RefCell::default(),
 		aliases: kio::sync::Producer::new(0),
 		upstream: RefCell::default(),
@@ -587,7 +592,10 @@ pub fn start<T: Transport + Clone + 'static>(
 		closing: RefCell::default(),
 		grants: kio::sync::Producer::new(0),
 	});
-	let Control { send, reader, .. } = control;
+	let Control { send, mut reader, .. } = control;
+	// What the control stream holds unread is the peer's too: at most a message of 64 KiB and a
+	// chunk, charged as its data streams' partial objects are.
+	reader.charges = Some((inner.partial.empty(), inner.config.memory.as_ref().map(Budget::empty)));
 	let mut tasks = vec![
 		Task(kio::spawn(write_control(inner.clone(), send))),
 		Task(kio::spawn(read_control(inner.clone(), reader))),
@@ -611,6 +619,11 @@ async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T:
 }
 
 async fn read_control<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>, mut reader: Reader<T::RecvHalf>) {
+	// What SETUP's read left in the buffer is charged from here.
+	if let Err(err) = reader.account() {
+		inner.fail(&err);
+		return;
+	}
 	loop {
 		let version = inner.version;
 		let message = match reader.decode(|buf| Message::decode_for(buf, version)).await {
@@ -741,8 +754,10 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 			inner.announcers.borrow_mut().retain(|_, (id, _)| *id != request_id);
 		}
 		Message::PublishNamespaceCancel { namespace, .. } => {
-			// The peer takes no more of what we announced under it: stop announcing there.
-			inner.announcers.borrow_mut().remove(&namespace);
+			// The peer takes no more of one namespace we announced: it hears no DONE for it (a
+			// broadcast published there afresh is announced afresh). A cancel of a namespace we
+			// did not announce changes nothing.
+			inner.announced.borrow_mut().remove(&namespace);
 		}
 		Message::Fetch { request_id, .. } => {
 			inner.take_request_id(request_id)?;
@@ -844,6 +859,7 @@ async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace
 		if update.broadcast.is_some() {
 			// The peer's grant spent, this namespace waits for more (MAX_REQUEST_ID).
 			let request_id = inner.next_request_id_granted().await;
+			*inner.announced.borrow_mut().entry(namespace.clone()).or_default() += 1;
 			let params = Parameters::default();
 			inner
 				.send(Message::PublishNamespace {
@@ -853,7 +869,23 @@ async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace
 				})
 				.await;
 		} else {
-			inner.send(Message::PublishNamespaceDone(namespace)).await;
+			let cancelled = {
+				let mut announced = inner.announced.borrow_mut();
+				match announced.get_mut(&namespace) {
+					Some(count) if *count > 1 => {
+						*count -= 1;
+						false
+					}
+					Some(_) => {
+						announced.remove(&namespace);
+						false
+					}
+					None => true,
+				}
+			};
+			if !cancelled {
+				inner.send(Message::PublishNamespaceDone(namespace)).await;
+			}
 		}
 	}
 }
@@ -1203,6 +1235,11 @@ impl<T: Transport + 'static> Drop for Upstreaming<T> {
 	}
 }
 
+/// How long an upstream SUBSCRIBE waits for its SUBSCRIBE_OK or error. A peer that never
+/// answers would otherwise keep the track's viewers waiting for as long as they stay; after
+/// this the track fails for them (not found) and the request's entry goes.
+const REPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One upstream SUBSCRIBE, until demand ends (UNSUBSCRIBE) or the peer ends it (PUBLISH_DONE).
 async fn subscribe_upstream<T: Transport + 'static>(
 	inner: &Rc<Inner<T>>,
@@ -1239,7 +1276,16 @@ async fn subscribe_upstream<T: Transport + 'static>(
 		params: Parameters::default(),
 	};
 	inner.send(Message::Subscribe(subscribe)).await;
-	let answer = waiting.pop().await;
+	let answer = match kio::race(waiting.pop(), kio::time::sleep(REPLY_WAIT)).await {
+		kio::Either::Left(answer) => answer,
+		kio::Either::Right(()) => {
+			return Err(RequestError {
+				request_id,
+				code: request_code::TIMEOUT,
+				reason: "no reply to SUBSCRIBE".into(),
+			});
+		}
+	};
 	let alias = match answer {
 		Some(Reply::Subscribed(ok)) => ok.track_alias,
 		Some(Reply::Refused(error)) => return Err(error),
