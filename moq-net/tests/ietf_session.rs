@@ -57,7 +57,7 @@ async fn connect(
 
 #[test]
 fn a_publisher_and_a_viewer_meet_through_the_relay() {
-	for version in [Version::Draft14, Version::Draft15] {
+	for version in Version::ALL {
 		kio::block_on(async {
 			let relay = Origin::new(100);
 			let publisher_origin = Origin::new(1);
@@ -326,17 +326,37 @@ async fn hostile_peer_of(
 	<Memory as moq_net::transport::Transport>::RecvHalf,
 	Session<Memory>,
 ) {
+	hostile_peer_in(VERSION, relay, config, publish).await
+}
+
+async fn hostile_peer_in(
+	version: Version,
+	relay: &Origin,
+	config: Config,
+	publish: bool,
+) -> (
+	Memory,
+	Memory,
+	<Memory as moq_net::transport::Transport>::SendHalf,
+	<Memory as moq_net::transport::Transport>::RecvHalf,
+	Session<Memory>,
+) {
 	let (peer_end, relay_end) = memory::pair();
 	let grant = session::initial_grant(&config, session::Side::Client);
 	let relay_end2 = relay_end.clone();
-	let accept = kio::spawn(async move { session::accept(&relay_end2, grant, VERSION).await });
+	let accept = kio::spawn(async move { session::accept(&relay_end2, grant, version).await });
 	let (mut send, recv) = peer_end.open_bi().await.unwrap();
 	let mut out = Vec::new();
+	let versions = match version {
+		Version::Draft14 => vec![DRAFT_14],
+		_ => Vec::new(),
+	};
 	Message::ClientSetup {
-		versions: vec![DRAFT_14],
+		versions,
 		params: Parameters::default().with_int(0x2, 100),
 	}
-	.encode(&mut out);
+	.encode_for(version, &mut out)
+	.unwrap();
 	send.write(out.into()).await.unwrap();
 	let (control, peer) = accept.await.unwrap().unwrap();
 	let publish = publish.then(|| relay.consumer());
@@ -449,6 +469,7 @@ fn a_cancelled_namespace_hears_no_done_and_others_do() {
 		Message::SubscribeNamespace {
 			request_id: 0,
 			prefix: Namespace::default(),
+			options: moq_net::ietf::message::subscribe_options::BOTH,
 			params: Parameters::default(),
 		}
 		.encode(&mut out);
@@ -477,5 +498,113 @@ fn a_cancelled_namespace_hears_no_done_and_others_do() {
 		drop((b, b_publication));
 		let done = read_until(&mut recv, &mut buf, |m| matches!(m, Message::PublishNamespaceDone(_))).await;
 		assert_eq!(done, Message::PublishNamespaceDone(Namespace(vec!["b".into()])));
+	});
+}
+
+/// Reads `version`'s messages from `recv` until one `matches`.
+async fn read_until_in<R: moq_net::transport::RecvStream>(
+	version: Version,
+	recv: &mut R,
+	buf: &mut Vec<u8>,
+	matches: impl Fn(&Message) -> bool,
+) -> Message {
+	use moq_net::transport::RecvStreamExt;
+	loop {
+		let mut view = &buf[..];
+		if let Ok(message) = Message::decode_for(&mut view, version) {
+			let used = buf.len() - view.len();
+			buf.drain(..used);
+			if matches(&message) {
+				return message;
+			}
+			continue;
+		}
+		let chunk = recv.read().await.unwrap().expect("the relay's stream");
+		buf.extend_from_slice(&chunk);
+	}
+}
+
+#[test]
+fn a_draft_16_namespace_subscription_sees_namespaces_come_and_go_on_its_own_stream() {
+	use moq_net::ietf::message::{Namespace, subscribe_options};
+
+	let version = Version::Draft16;
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let (peer_end, relay_end, mut control, _control_recv, _session) =
+			hostile_peer_in(version, &relay, Config::default(), true).await;
+		let (a, _, a_publication) = local_broadcast(&relay, "live/a", video(std::time::Duration::from_secs(1), 0));
+		// SUBSCRIBE_NAMESPACE of "live", the first message of a stream of its own.
+		let (mut send, mut recv) = peer_end.open_bi().await.unwrap();
+		let mut out = Vec::new();
+		Message::SubscribeNamespace {
+			request_id: 0,
+			prefix: Namespace(vec!["live".into()]),
+			options: subscribe_options::NAMESPACE,
+			params: Parameters::default(),
+		}
+		.encode_for(version, &mut out)
+		.unwrap();
+		send.write(out.into()).await.unwrap();
+		let mut buf = Vec::new();
+		let first = read_until_in(version, &mut recv, &mut buf, |_| true).await;
+		assert!(matches!(first, Message::RequestOk { request_id: 0, .. }), "{first:?}");
+		// What is under the prefix, by its fields after the prefix's; then what comes and goes.
+		let suffix = |name: &str| Namespace(vec![name.into()]);
+		let found = read_until_in(version, &mut recv, &mut buf, |_| true).await;
+		assert_eq!(found, Message::Namespace(suffix("a")));
+		let (b, _, b_publication) = local_broadcast(&relay, "live/b", video(std::time::Duration::from_secs(1), 0));
+		let found = read_until_in(version, &mut recv, &mut buf, |_| true).await;
+		assert_eq!(found, Message::Namespace(suffix("b")));
+		drop((a, a_publication));
+		let gone = read_until_in(version, &mut recv, &mut buf, |_| true).await;
+		assert_eq!(gone, Message::NamespaceDone(suffix("a")));
+		drop((b, b_publication));
+		let gone = read_until_in(version, &mut recv, &mut buf, |_| true).await;
+		assert_eq!(gone, Message::NamespaceDone(suffix("b")));
+		// The peer ends its side: the subscription is over (the relay's side ends too), and the
+		// session goes on.
+		moq_net::transport::SendStream::finish(&mut send).unwrap();
+		assert_eq!(moq_net::transport::RecvStreamExt::read(&mut recv).await.unwrap(), None);
+
+		// On the control stream, draft-16's SUBSCRIBE_NAMESPACE is a protocol violation.
+		let mut out = Vec::new();
+		Message::SubscribeNamespace {
+			request_id: 2,
+			prefix: Namespace::default(),
+			options: subscribe_options::NAMESPACE,
+			params: Parameters::default(),
+		}
+		.encode_for(version, &mut out)
+		.unwrap();
+		control.write(out.into()).await.unwrap();
+		assert_eq!(relay_end.closed().await, code::PROTOCOL_VIOLATION);
+	});
+}
+
+#[test]
+fn a_namespace_subscription_of_a_prefix_hears_whole_namespaces() {
+	use moq_net::ietf::message::{Namespace, subscribe_options};
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let (_peer_end, _relay_end, mut send, mut recv, _session) =
+			hostile_peer_of(&relay, Config::default(), true).await;
+		let _a = local_broadcast(&relay, "live/a", video(std::time::Duration::from_secs(1), 0));
+		let mut out = Vec::new();
+		Message::SubscribeNamespace {
+			request_id: 0,
+			prefix: Namespace(vec!["live".into()]),
+			options: subscribe_options::BOTH,
+			params: Parameters::default(),
+		}
+		.encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		let mut buf = Vec::new();
+		let announced = read_until(&mut recv, &mut buf, |m| matches!(m, Message::PublishNamespace { .. })).await;
+		let Message::PublishNamespace { namespace, .. } = announced else {
+			unreachable!()
+		};
+		assert_eq!(namespace, Namespace(vec!["live".into(), "a".into()]));
 	});
 }

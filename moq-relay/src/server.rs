@@ -169,14 +169,10 @@ pub fn run(
 	warn_of_expiry(&certificate);
 	let certificate = ServerCertificate::new(certificate).context("TLS certificate")?;
 	let limits = config.limits;
-	let alpns = [
-		Version::Lite05.alpn(),
-		Version::Lite04.alpn(),
-		Version::Lite03.alpn(),
-		moq_net::ietf::ALPN_DRAFT_14,
-		moq_net::ietf::ALPN_DRAFT_15,
-		h3::ALPN,
-	];
+	let mut alpns = vec![Version::Lite05.alpn(), Version::Lite04.alpn(), Version::Lite03.alpn()];
+	// The IETF drafts, newest first.
+	alpns.extend(moq_net::ietf::Version::ALL.iter().rev().map(|draft| draft.alpn()));
+	alpns.push(h3::ALPN);
 	let quic = moq_quic::Config::new()
 		.with_server_certificate(&certificate, &alpns)
 		.context("TLS configuration")?

@@ -50,6 +50,10 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			(Protocol::Draft15, Protocol::Lite),
 			(Protocol::Lite, Protocol::Draft15),
 			(Protocol::Draft15, Protocol::Draft14),
+			(Protocol::Draft16, Protocol::Lite),
+			(Protocol::Lite, Protocol::Draft16),
+			(Protocol::Draft16, Protocol::Draft14),
+			(Protocol::Draft15, Protocol::Draft16),
 		];
 		for (index, (publishing, viewing)) in pairs.into_iter().enumerate() {
 			let id = 10 * index as u64;
@@ -69,6 +73,7 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			let expected = match publishing {
 				Protocol::Draft14 => "moq-00",
 				Protocol::Draft15 => "moqt-15",
+				Protocol::Draft16 => "moqt-16",
 				Protocol::Lite => "moq-lite-05",
 			};
 			assert_eq!(publisher.protocol(), Some(expected));
@@ -197,6 +202,7 @@ fn hostile_draft_14_peers_are_closed_with_the_drafts_codes() {
 					.map(|i| Message::SubscribeNamespace {
 						request_id: 2 * i,
 						prefix: Namespace(vec![format!("p{i}")]),
+						options: moq_net::ietf::message::subscribe_options::BOTH,
 						params: Parameters::default(),
 					})
 					.collect(),

@@ -1,6 +1,6 @@
 //! draft-14's control messages back to back (a control stream), and a subgroup stream: its
-//! header, then objects; then the same bytes as draft-15's control stream (decoded, encoded, and
-//! decoded again to an equal message).
+//! header, then objects; then the same bytes as each later draft's control stream (decoded,
+//! encoded, and decoded again to an equal message).
 #![no_main]
 #![forbid(unsafe_code)]
 
@@ -14,16 +14,15 @@ fuzz_target!(|data: &[u8]| {
 	while let Some((_, used)) = check::<Message>(&data[at..]) {
 		at += used;
 	}
-	let mut rest = data;
-	while let Ok(message) = Message::decode_for(&mut rest, Version::Draft15) {
-		let mut out = Vec::new();
-		message
-			.encode_for(Version::Draft15, &mut out)
-			.expect("a decoded draft-15 message re-encodes");
-		assert_eq!(
-			Message::decode_for(&mut &out[..], Version::Draft15).as_ref(),
-			Ok(&message)
-		);
+	for version in [Version::Draft15, Version::Draft16] {
+		let mut rest = data;
+		while let Ok(message) = Message::decode_for(&mut rest, version) {
+			let mut out = Vec::new();
+			message
+				.encode_for(version, &mut out)
+				.expect("a decoded message re-encodes in its draft");
+			assert_eq!(Message::decode_for(&mut &out[..], version).as_ref(), Ok(&message));
+		}
 	}
 	if let Some((header, used)) = check::<SubgroupHeader>(data) {
 		let mut rest = &data[used..];

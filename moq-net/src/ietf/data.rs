@@ -46,7 +46,8 @@ impl SubgroupHeader {
 	pub fn is_type(kind: u64, version: Version) -> bool {
 		match version {
 			Version::Draft14 => matches!(kind, 0x10..=0x15 | 0x18..=0x1d),
-			Version::Draft15 => matches!(kind & !0x20, 0x10..=0x15 | 0x18..=0x1d) && kind <= 0x3d,
+			// draft-16 defines the same set bit by bit.
+			Version::Draft15 | Version::Draft16 => matches!(kind & !0x20, 0x10..=0x15 | 0x18..=0x1d) && kind <= 0x3d,
 		}
 	}
 

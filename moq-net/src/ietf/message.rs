@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 
+use super::Version;
 use crate::coding::{
 	Decode, DecodeError, Encode, EncodeError, MAX_STRING_LEN, decode_bytes, decode_str, decode_varint, encode_bytes,
 	encode_varint,
@@ -103,16 +104,34 @@ impl Parameters {
 	}
 }
 
-impl Decode for Parameters {
-	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+impl Parameters {
+	/// Reads a count and that many pairs as `version` has them: each type absolute (drafts 14
+	/// and 15) or the difference from the one before (draft-16 on, so ascending); even types
+	/// carry a varint, odd ones bytes.
+	pub fn read(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
 		let count = decode_varint(buf)? as usize;
-		if count > MAX_PARAMETERS {
+		Self::read_pairs(buf, version, Some(count))
+	}
+
+	/// Pairs until the bytes end (draft-16's track extensions), or `count` of them.
+	fn read_pairs(buf: &mut &[u8], version: Version, count: Option<usize>) -> Result<Self, DecodeError> {
+		if count.is_some_and(|count| count > MAX_PARAMETERS) {
 			return Err(DecodeError::TooManyParameters);
 		}
-		let mut params = Vec::with_capacity(count);
-		for _ in 0..count {
-			let kind = decode_varint(buf)?;
-			let value = if kind % 2 == 0 {
+		let mut params = Vec::with_capacity(count.unwrap_or(0));
+		let mut kind = 0u64;
+		while count.map_or(!buf.is_empty(), |count| params.len() < count) {
+			if params.len() == MAX_PARAMETERS {
+				return Err(DecodeError::TooManyParameters);
+			}
+			let read = decode_varint(buf)?;
+			kind = match version.delta_types() {
+				true => kind
+					.checked_add(read)
+					.ok_or(DecodeError::InvalidValue("parameter type"))?,
+				false => read,
+			};
+			let value = if kind.is_multiple_of(2) {
 				Value::Int(decode_varint(buf)?)
 			} else {
 				Value::Bytes(Bytes::copy_from_slice(decode_bytes(buf, u16::MAX as usize)?))
@@ -121,23 +140,60 @@ impl Decode for Parameters {
 		}
 		Ok(Self(params))
 	}
-}
 
-impl Encode for Parameters {
-	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	/// A message's parameters (not SETUP's): from draft-16 on, a type we do not know is an error
+	/// (the draft: PROTOCOL_VIOLATION), as there is no telling what it would have changed.
+	fn read_message(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
+		let params = Self::read(buf, version)?;
+		if version.delta_types() && params.0.iter().any(|(kind, _)| !param::KNOWN_16.contains(kind)) {
+			return Err(DecodeError::InvalidValue("an unknown message parameter"));
+		}
+		Ok(params)
+	}
+
+	/// Writes them as `version` has them (draft-16 on: sorted by type, each the difference from
+	/// the one before).
+	pub fn write(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		if self.0.len() > MAX_PARAMETERS {
 			return Err(EncodeError::TooManyParameters);
 		}
 		encode_varint(self.0.len() as u64, out)?;
-		for (kind, value) in &self.0 {
-			encode_varint(*kind, out)?;
+		self.write_pairs(version, out)
+	}
+
+	fn write_pairs(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		let mut sorted: Vec<&(u64, Value)> = self.0.iter().collect();
+		if version.delta_types() {
+			sorted.sort_by_key(|(kind, _)| *kind);
+		}
+		let mut previous = 0;
+		for (kind, value) in sorted {
+			match version.delta_types() {
+				true => encode_varint(kind - previous, out)?,
+				false => encode_varint(*kind, out)?,
+			}
+			previous = *kind;
 			match value {
-				Value::Int(n) if kind % 2 == 0 => encode_varint(*n, out)?,
+				Value::Int(n) if kind.is_multiple_of(2) => encode_varint(*n, out)?,
 				Value::Bytes(b) if kind % 2 == 1 => encode_bytes(b, u16::MAX as usize, out)?,
 				_ => return Err(EncodeError::BoundsExceeded),
 			}
 		}
 		Ok(())
+	}
+}
+
+impl Decode for Parameters {
+	/// draft-14's (see [`Parameters::read`]).
+	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Self::read(buf, Version::Draft14)
+	}
+}
+
+impl Encode for Parameters {
+	/// draft-14's (see [`Parameters::write`]).
+	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		self.write(Version::Draft14, out)
 	}
 }
 
@@ -313,8 +369,8 @@ pub struct Subscribe {
 	pub params: Parameters,
 }
 
-impl Decode for Subscribe {
-	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+impl Subscribe {
+	fn decode_14(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
 		Ok(Self {
 			request_id: decode_varint(buf)?,
 			namespace: Namespace::decode(buf)?,
@@ -323,19 +379,17 @@ impl Decode for Subscribe {
 			group_order: decode_order(buf)?,
 			forward: decode_flag(buf, "forward")?,
 			filter: Filter::decode(buf)?,
-			params: Parameters::decode(buf)?,
+			params: Parameters::read_message(buf, version)?,
 		})
 	}
-}
 
-impl Encode for Subscribe {
-	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_14(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.request_id, out)?;
 		self.namespace.emit(out)?;
 		encode_bytes(self.name.as_bytes(), MAX_STRING_LEN, out)?;
 		out.extend_from_slice(&[self.subscriber_priority, self.group_order, u8::from(self.forward)]);
 		self.filter.emit(out)?;
-		self.params.emit(out)
+		self.params.write(version, out)
 	}
 }
 
@@ -356,8 +410,8 @@ pub struct SubscribeOk {
 	pub params: Parameters,
 }
 
-impl Decode for SubscribeOk {
-	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+impl SubscribeOk {
+	fn decode_14(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
 		let request_id = decode_varint(buf)?;
 		let track_alias = decode_varint(buf)?;
 		let expires = decode_varint(buf)?;
@@ -374,13 +428,11 @@ impl Decode for SubscribeOk {
 			expires,
 			group_order,
 			largest,
-			params: Parameters::decode(buf)?,
+			params: Parameters::read_message(buf, version)?,
 		})
 	}
-}
 
-impl Encode for SubscribeOk {
-	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_14(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.request_id, out)?;
 		encode_varint(self.track_alias, out)?;
 		encode_varint(self.expires, out)?;
@@ -392,7 +444,7 @@ impl Encode for SubscribeOk {
 			}
 			None => out.push(0),
 		}
-		self.params.emit(out)
+		self.params.write(version, out)
 	}
 }
 
@@ -404,8 +456,30 @@ pub struct RequestError {
 	pub request_id: u64,
 	/// Why (see [`super::request_code`]).
 	pub code: u64,
+	/// draft-16 on: the least milliseconds to wait before asking again, plus one (0: do not
+	/// ask again).
+	pub retry_interval: u64,
 	/// In words.
 	pub reason: String,
+}
+
+impl RequestError {
+	/// draft-16's REQUEST_ERROR: the retry interval after the code.
+	fn decode_16(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		Ok(Self {
+			request_id: decode_varint(buf)?,
+			code: decode_varint(buf)?,
+			retry_interval: decode_varint(buf)?,
+			reason: decode_reason(buf)?,
+		})
+	}
+
+	fn emit_16(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		encode_varint(self.request_id, out)?;
+		encode_varint(self.code, out)?;
+		encode_varint(self.retry_interval, out)?;
+		encode_bytes(self.reason.as_bytes(), MAX_REASON, out)
+	}
 }
 
 impl Decode for RequestError {
@@ -413,6 +487,7 @@ impl Decode for RequestError {
 		Ok(Self {
 			request_id: decode_varint(buf)?,
 			code: decode_varint(buf)?,
+			retry_interval: 0,
 			reason: decode_reason(buf)?,
 		})
 	}
@@ -518,6 +593,9 @@ pub enum Message {
 		request_id: u64,
 		/// The prefix.
 		prefix: Namespace,
+		/// draft-16: what the sender wants under it ([`subscribe_options`]); drafts 14 and 15
+		/// mean both.
+		options: u64,
 		/// Its parameters.
 		params: Parameters,
 	},
@@ -590,6 +668,32 @@ pub enum Message {
 	},
 	/// draft-15's 0x14: a namespace subscription is no longer wanted, by its request id.
 	UnsubscribeNamespaceRequest(u64),
+	/// draft-16's 0x08, on a SUBSCRIBE_NAMESPACE's stream: a namespace under its prefix, by its
+	/// fields after the prefix's.
+	Namespace(Namespace),
+	/// draft-16's 0x0E, on a SUBSCRIBE_NAMESPACE's stream: that namespace is gone.
+	NamespaceDone(Namespace),
+	/// draft-16's 0x09: no longer published, by the PUBLISH_NAMESPACE's request id.
+	PublishNamespaceDoneRequest(u64),
+	/// draft-16's 0x0C: the receiver takes no more of a PUBLISH_NAMESPACE, by its request id.
+	PublishNamespaceCancelRequest {
+		/// The PUBLISH_NAMESPACE.
+		request_id: u64,
+		/// Why.
+		code: u64,
+		/// In words.
+		reason: String,
+	},
+}
+
+/// What a draft-16 SUBSCRIBE_NAMESPACE asks for.
+pub mod subscribe_options {
+	/// PUBLISH of the tracks under the prefix.
+	pub const PUBLISH: u64 = 0x0;
+	/// NAMESPACE of the namespaces under it.
+	pub const NAMESPACE: u64 = 0x1;
+	/// Both.
+	pub const BOTH: u64 = 0x2;
 }
 
 impl Message {
@@ -628,10 +732,14 @@ impl Message {
 			Self::PublishError(_) => 0x1f,
 			Self::RequestOk { .. } => 0x07,
 			Self::UnsubscribeNamespaceRequest(_) => 0x14,
+			Self::Namespace(_) => 0x08,
+			Self::NamespaceDone(_) => 0x0e,
+			Self::PublishNamespaceDoneRequest(_) => 0x09,
+			Self::PublishNamespaceCancelRequest { .. } => 0x0c,
 		}
 	}
 
-	fn decode_14(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	fn decode_14(kind: u64, buf: &mut &[u8], v: Version) -> Result<Self, DecodeError> {
 		Ok(match kind {
 			0x20 => {
 				let count = decode_varint(buf)? as usize;
@@ -641,20 +749,20 @@ impl Message {
 				let versions = (0..count).map(|_| decode_varint(buf)).collect::<Result<_, _>>()?;
 				Self::ClientSetup {
 					versions,
-					params: Parameters::decode(buf)?,
+					params: Parameters::read(buf, v)?,
 				}
 			}
 			0x21 => Self::ServerSetup {
 				version: decode_varint(buf)?,
-				params: Parameters::decode(buf)?,
+				params: Parameters::read(buf, v)?,
 			},
 			0x10 => Self::Goaway {
 				uri: decode_str(buf, MAX_GOAWAY_URI)?.to_owned(),
 			},
 			0x15 => Self::MaxRequestId(decode_varint(buf)?),
 			0x1a => Self::RequestsBlocked(decode_varint(buf)?),
-			0x03 => Self::Subscribe(Subscribe::decode(buf)?),
-			0x04 => Self::SubscribeOk(SubscribeOk::decode(buf)?),
+			0x03 => Self::Subscribe(Subscribe::decode_14(buf, v)?),
+			0x04 => Self::SubscribeOk(SubscribeOk::decode_14(buf, v)?),
 			0x05 => Self::SubscribeError(RequestError::decode(buf)?),
 			0x02 => Self::SubscribeUpdate {
 				request_id: decode_varint(buf)?,
@@ -663,7 +771,7 @@ impl Message {
 				end_group: decode_varint(buf)?,
 				subscriber_priority: decode_u8(buf)?,
 				forward: decode_flag(buf, "forward")?,
-				params: Parameters::decode(buf)?,
+				params: Parameters::read_message(buf, v)?,
 			},
 			0x0a => Self::Unsubscribe(decode_varint(buf)?),
 			0x0b => Self::PublishDone {
@@ -675,7 +783,7 @@ impl Message {
 			0x06 => Self::PublishNamespace {
 				request_id: decode_varint(buf)?,
 				namespace: Namespace::decode(buf)?,
-				params: Parameters::decode(buf)?,
+				params: Parameters::read_message(buf, v)?,
 			},
 			0x07 => Self::PublishNamespaceOk(decode_varint(buf)?),
 			0x08 => Self::PublishNamespaceError(RequestError::decode(buf)?),
@@ -688,7 +796,8 @@ impl Message {
 			0x11 => Self::SubscribeNamespace {
 				request_id: decode_varint(buf)?,
 				prefix: Namespace::decode(buf)?,
-				params: Parameters::decode(buf)?,
+				options: subscribe_options::BOTH,
+				params: Parameters::read_message(buf, v)?,
 			},
 			0x12 => Self::SubscribeNamespaceOk(decode_varint(buf)?),
 			0x13 => Self::SubscribeNamespaceError(RequestError::decode(buf)?),
@@ -703,7 +812,7 @@ impl Message {
 					subscriber_priority,
 					group_order,
 					kind,
-					params: Parameters::decode(buf)?,
+					params: Parameters::read_message(buf, v)?,
 				}
 			}
 			0x18 => Self::FetchOk {
@@ -711,12 +820,12 @@ impl Message {
 				group_order: decode_order(buf)?,
 				end_of_track: decode_flag(buf, "end of track")?,
 				end: Location::decode(buf)?,
-				params: Parameters::decode(buf)?,
+				params: Parameters::read_message(buf, v)?,
 			},
 			0x19 => Self::FetchError(RequestError::decode(buf)?),
 			0x17 => Self::FetchCancel(decode_varint(buf)?),
-			0x0d => Self::TrackStatus(Subscribe::decode(buf)?),
-			0x0e => Self::TrackStatusOk(SubscribeOk::decode(buf)?),
+			0x0d => Self::TrackStatus(Subscribe::decode_14(buf, v)?),
+			0x0e => Self::TrackStatusOk(SubscribeOk::decode_14(buf, v)?),
 			0x0f => Self::TrackStatusError(RequestError::decode(buf)?),
 			0x1d | 0x1e => {
 				let request_id = decode_varint(buf)?;
@@ -732,18 +841,18 @@ impl Message {
 		})
 	}
 
-	fn emit_14(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_14(&self, v: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		match self {
 			Self::ClientSetup { versions, params } => {
 				encode_varint(versions.len() as u64, out)?;
 				for version in versions {
 					encode_varint(*version, out)?;
 				}
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::ServerSetup { version, params } => {
 				encode_varint(*version, out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::Goaway { uri } => encode_bytes(uri.as_bytes(), MAX_GOAWAY_URI, out),
 			Self::MaxRequestId(id)
@@ -752,8 +861,8 @@ impl Message {
 			| Self::PublishNamespaceOk(id)
 			| Self::SubscribeNamespaceOk(id)
 			| Self::FetchCancel(id) => encode_varint(*id, out),
-			Self::Subscribe(subscribe) | Self::TrackStatus(subscribe) => subscribe.emit(out),
-			Self::SubscribeOk(ok) | Self::TrackStatusOk(ok) => ok.emit(out),
+			Self::Subscribe(subscribe) | Self::TrackStatus(subscribe) => subscribe.emit_14(v, out),
+			Self::SubscribeOk(ok) | Self::TrackStatusOk(ok) => ok.emit_14(v, out),
 			Self::SubscribeError(error)
 			| Self::PublishNamespaceError(error)
 			| Self::SubscribeNamespaceError(error)
@@ -774,7 +883,7 @@ impl Message {
 				start.emit(out)?;
 				encode_varint(*end_group, out)?;
 				out.extend_from_slice(&[*subscriber_priority, u8::from(*forward)]);
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::PublishDone {
 				request_id,
@@ -794,7 +903,7 @@ impl Message {
 			} => {
 				encode_varint(*request_id, out)?;
 				namespace.emit(out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::PublishNamespaceDone(namespace) | Self::UnsubscribeNamespace(namespace) => namespace.emit(out),
 			Self::PublishNamespaceCancel {
@@ -810,10 +919,11 @@ impl Message {
 				request_id,
 				prefix,
 				params,
+				..
 			} => {
 				encode_varint(*request_id, out)?;
 				prefix.emit(out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::Fetch {
 				request_id,
@@ -825,7 +935,7 @@ impl Message {
 				encode_varint(*request_id, out)?;
 				out.extend_from_slice(&[*subscriber_priority, *group_order]);
 				kind.emit(out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::FetchOk {
 				request_id,
@@ -837,7 +947,7 @@ impl Message {
 				encode_varint(*request_id, out)?;
 				out.extend_from_slice(&[*group_order, u8::from(*end_of_track)]);
 				end.emit(out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::Publish { request_id, body } | Self::PublishOk { request_id, body } => {
 				encode_varint(*request_id, out)?;
@@ -847,32 +957,36 @@ impl Message {
 			Self::RequestOk { .. } | Self::UnsubscribeNamespaceRequest(_) => {
 				Err(EncodeError::NotInVersion("a draft-15 message"))
 			}
+			Self::Namespace(_)
+			| Self::NamespaceDone(_)
+			| Self::PublishNamespaceDoneRequest(_)
+			| Self::PublishNamespaceCancelRequest { .. } => Err(EncodeError::NotInVersion("a draft-16 message")),
 		}
 	}
 
 	/// draft-15's payloads: what changed from draft-14, and draft-14's where nothing did.
-	fn decode_15(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	fn decode_15(kind: u64, buf: &mut &[u8], v: Version) -> Result<Self, DecodeError> {
 		Ok(match kind {
 			0x20 => Self::ClientSetup {
 				versions: Vec::new(),
-				params: Parameters::decode(buf)?,
+				params: Parameters::read(buf, v)?,
 			},
 			0x21 => Self::ServerSetup {
-				version: super::DRAFT_15,
-				params: Parameters::decode(buf)?,
+				version: v.number(),
+				params: Parameters::read(buf, v)?,
 			},
-			0x03 => Self::Subscribe(Subscribe::decode_15(buf)?),
-			0x0d => Self::TrackStatus(Subscribe::decode_15(buf)?),
-			0x04 => Self::SubscribeOk(SubscribeOk::decode_15(buf)?),
+			0x03 => Self::Subscribe(Subscribe::decode_15(buf, v)?),
+			0x0d => Self::TrackStatus(Subscribe::decode_15(buf, v)?),
+			0x04 => Self::SubscribeOk(SubscribeOk::decode_15(buf, v)?),
 			0x07 => Self::RequestOk {
 				request_id: decode_varint(buf)?,
-				params: Parameters::decode(buf)?,
+				params: Parameters::read_message(buf, v)?,
 			},
 			0x14 => Self::UnsubscribeNamespaceRequest(decode_varint(buf)?),
 			0x02 => {
 				let request_id = decode_varint(buf)?;
 				let subscription = decode_varint(buf)?;
-				let params = Parameters::decode(buf)?;
+				let params = Parameters::read_message(buf, v)?;
 				Self::SubscribeUpdate {
 					request_id,
 					subscription,
@@ -886,7 +1000,7 @@ impl Message {
 			0x16 => {
 				let request_id = decode_varint(buf)?;
 				let kind = FetchKind::decode(buf)?;
-				let params = Parameters::decode(buf)?;
+				let params = Parameters::read_message(buf, v)?;
 				Self::Fetch {
 					request_id,
 					subscriber_priority: priority_param(&params)?,
@@ -899,7 +1013,7 @@ impl Message {
 				let request_id = decode_varint(buf)?;
 				let end_of_track = decode_flag(buf, "end of track")?;
 				let end = Location::decode(buf)?;
-				let params = Parameters::decode(buf)?;
+				let params = Parameters::read_message(buf, v)?;
 				Self::FetchOk {
 					request_id,
 					group_order: order_param(&params)?,
@@ -910,18 +1024,18 @@ impl Message {
 			}
 			// Gone in draft-15 (REQUEST_OK and REQUEST_ERROR answer every request).
 			0x08 | 0x0e | 0x0f | 0x12 | 0x13 | 0x19 | 0x1f => return Err(DecodeError::UnexpectedMessage(kind)),
-			_ => Self::decode_14(kind, buf)?,
+			_ => Self::decode_14(kind, buf, v)?,
 		})
 	}
 
-	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_15(&self, v: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		match self {
-			Self::ClientSetup { params, .. } | Self::ServerSetup { params, .. } => params.emit(out),
-			Self::Subscribe(subscribe) | Self::TrackStatus(subscribe) => subscribe.emit_15(out),
-			Self::SubscribeOk(ok) => ok.emit_15(out),
+			Self::ClientSetup { params, .. } | Self::ServerSetup { params, .. } => params.write(v, out),
+			Self::Subscribe(subscribe) | Self::TrackStatus(subscribe) => subscribe.emit_15(v, out),
+			Self::SubscribeOk(ok) => ok.emit_15(v, out),
 			Self::RequestOk { request_id, params } => {
 				encode_varint(*request_id, out)?;
-				params.emit(out)
+				params.write(v, out)
 			}
 			Self::UnsubscribeNamespaceRequest(id) => encode_varint(*id, out),
 			Self::SubscribeUpdate {
@@ -938,7 +1052,7 @@ impl Message {
 					(param::FORWARD, Value::Int(u64::from(*forward))),
 					(param::SUBSCRIBER_PRIORITY, Value::Int(u64::from(*subscriber_priority))),
 				];
-				params.after(known).emit(out)
+				params.after(known).write(v, out)
 			}
 			Self::Fetch {
 				request_id,
@@ -953,7 +1067,7 @@ impl Message {
 				if *group_order != 0 {
 					known.push((param::GROUP_ORDER, Value::Int(u64::from(*group_order))));
 				}
-				params.after(known).emit(out)
+				params.after(known).write(v, out)
 			}
 			Self::FetchOk {
 				request_id,
@@ -969,7 +1083,7 @@ impl Message {
 				if *group_order != 0 {
 					known.push((param::GROUP_ORDER, Value::Int(u64::from(*group_order))));
 				}
-				params.after(known).emit(out)
+				params.after(known).write(v, out)
 			}
 			Self::PublishNamespaceOk(_)
 			| Self::PublishNamespaceError(_)
@@ -980,13 +1094,88 @@ impl Message {
 			| Self::FetchError(_)
 			| Self::PublishError(_)
 			| Self::UnsubscribeNamespace(_) => Err(EncodeError::NotInVersion("a draft-14 message")),
-			_ => self.emit_14(out),
+			_ => self.emit_14(v, out),
+		}
+	}
+
+	/// draft-16's payloads: what changed from draft-15 (the parameters' types are deltas
+	/// throughout, read by [`Parameters::read`]), and draft-15's where nothing did.
+	fn decode_16(kind: u64, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+		let v = Version::Draft16;
+		Ok(match kind {
+			0x05 => Self::SubscribeError(RequestError::decode_16(buf)?),
+			0x08 => Self::Namespace(Namespace::decode(buf)?),
+			0x0e => Self::NamespaceDone(Namespace::decode(buf)?),
+			0x09 => Self::PublishNamespaceDoneRequest(decode_varint(buf)?),
+			0x0c => Self::PublishNamespaceCancelRequest {
+				request_id: decode_varint(buf)?,
+				code: decode_varint(buf)?,
+				reason: decode_reason(buf)?,
+			},
+			0x11 => {
+				let request_id = decode_varint(buf)?;
+				let prefix = Namespace::decode(buf)?;
+				let options = decode_varint(buf)?;
+				if options > subscribe_options::BOTH {
+					return Err(DecodeError::InvalidValue("subscribe options"));
+				}
+				Self::SubscribeNamespace {
+					request_id,
+					prefix,
+					options,
+					params: Parameters::read_message(buf, v)?,
+				}
+			}
+			// SUBSCRIBE_OK and FETCH_OK end with the track's extensions: read (their form
+			// checked) and left behind, as a relay passes on no parameter.
+			0x04 | 0x18 => {
+				let message = Self::decode_15(kind, buf, v)?;
+				Parameters::read_pairs(buf, v, None)?;
+				message
+			}
+			// Gone in draft-16: closing the SUBSCRIBE_NAMESPACE's stream says it.
+			0x14 => return Err(DecodeError::UnexpectedMessage(kind)),
+			_ => Self::decode_15(kind, buf, v)?,
+		})
+	}
+
+	fn emit_16(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		let v = Version::Draft16;
+		match self {
+			Self::SubscribeError(error) => error.emit_16(out),
+			Self::Namespace(suffix) | Self::NamespaceDone(suffix) => suffix.emit(out),
+			Self::PublishNamespaceDoneRequest(id) => encode_varint(*id, out),
+			Self::PublishNamespaceCancelRequest {
+				request_id,
+				code,
+				reason,
+			} => {
+				encode_varint(*request_id, out)?;
+				encode_varint(*code, out)?;
+				encode_bytes(reason.as_bytes(), MAX_REASON, out)
+			}
+			Self::SubscribeNamespace {
+				request_id,
+				prefix,
+				options,
+				params,
+			} => {
+				encode_varint(*request_id, out)?;
+				prefix.emit(out)?;
+				encode_varint(*options, out)?;
+				params.write(v, out)
+			}
+			Self::UnsubscribeNamespaceRequest(_)
+			| Self::PublishNamespaceDone(_)
+			| Self::PublishNamespaceCancel { .. } => Err(EncodeError::NotInVersion("a message draft-16 replaced")),
+			// SUBSCRIBE_OK and FETCH_OK as draft-15's, with no track extensions after.
+			_ => self.emit_15(v, out),
 		}
 	}
 
 	/// Reads one message as `version` has it (`Type, Length (16), Payload`; the payload must
 	/// fill its length exactly).
-	pub fn decode_for(buf: &mut &[u8], version: super::Version) -> Result<Self, DecodeError> {
+	pub fn decode_for(buf: &mut &[u8], version: Version) -> Result<Self, DecodeError> {
 		let kind = decode_varint(buf)?;
 		if buf.len() < 2 {
 			return Err(DecodeError::Short);
@@ -997,8 +1186,9 @@ impl Message {
 		};
 		let mut payload = body;
 		let message = match version {
-			super::Version::Draft14 => Self::decode_14(kind, &mut payload),
-			super::Version::Draft15 => Self::decode_15(kind, &mut payload),
+			Version::Draft14 => Self::decode_14(kind, &mut payload, version),
+			Version::Draft15 => Self::decode_15(kind, &mut payload, version),
+			Version::Draft16 => Self::decode_16(kind, &mut payload),
 		}
 		.map_err(|err| match err {
 			DecodeError::Short => DecodeError::Truncated,
@@ -1012,7 +1202,7 @@ impl Message {
 	}
 
 	/// Writes it as `version` has it.
-	pub fn encode_for(&self, version: super::Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	pub fn encode_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		let start = out.len();
 		let result = self.emit_for(version, out);
 		if result.is_err() {
@@ -1021,13 +1211,14 @@ impl Message {
 		result
 	}
 
-	fn emit_for(&self, version: super::Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.kind(), out)?;
 		let at = out.len();
 		out.extend_from_slice(&[0, 0]);
 		match version {
-			super::Version::Draft14 => self.emit_14(out)?,
-			super::Version::Draft15 => self.emit_15(out)?,
+			Version::Draft14 => self.emit_14(version, out)?,
+			Version::Draft15 => self.emit_15(version, out)?,
+			Version::Draft16 => self.emit_16(out)?,
 		}
 		let len = u16::try_from(out.len() - at - 2).map_err(|_| EncodeError::BoundsExceeded)?;
 		out[at..at + 2].copy_from_slice(&len.to_be_bytes());
@@ -1049,6 +1240,25 @@ pub mod param {
 	pub const SUBSCRIPTION_FILTER: u64 = 0x21;
 	/// GROUP_ORDER: 1 ascending, 2 descending.
 	pub const GROUP_ORDER: u64 = 0x22;
+	/// DELIVERY_TIMEOUT, milliseconds.
+	pub const DELIVERY_TIMEOUT: u64 = 0x02;
+	/// AUTHORIZATION_TOKEN: a token, length-prefixed.
+	pub const AUTHORIZATION_TOKEN: u64 = 0x03;
+	/// NEW_GROUP_REQUEST: the largest group known, plus one.
+	pub const NEW_GROUP_REQUEST: u64 = 0x32;
+
+	/// The message parameters draft-16 defines (any other is an error there).
+	pub const KNOWN_16: [u64; 9] = [
+		DELIVERY_TIMEOUT,
+		AUTHORIZATION_TOKEN,
+		EXPIRES,
+		LARGEST_OBJECT,
+		FORWARD,
+		SUBSCRIBER_PRIORITY,
+		SUBSCRIPTION_FILTER,
+		GROUP_ORDER,
+		NEW_GROUP_REQUEST,
+	];
 }
 
 fn priority_param(params: &Parameters) -> Result<u8, DecodeError> {
@@ -1119,11 +1329,11 @@ impl FetchKind {
 }
 
 impl Subscribe {
-	fn decode_15(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	fn decode_15(buf: &mut &[u8], v: Version) -> Result<Self, DecodeError> {
 		let request_id = decode_varint(buf)?;
 		let namespace = Namespace::decode(buf)?;
 		let name = decode_name(buf)?;
-		let params = Parameters::decode(buf)?;
+		let params = Parameters::read_message(buf, v)?;
 		let filter = match params.bytes(param::SUBSCRIPTION_FILTER) {
 			Some(bytes) => Filter::decode_exact(bytes)?,
 			// Unfiltered: served as the live edge, as the largest-object filter.
@@ -1147,7 +1357,7 @@ impl Subscribe {
 	}
 
 	/// draft-15's body: the fixed fields become parameters, ahead of the others.
-	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_15(&self, v: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.request_id, out)?;
 		self.namespace.emit(out)?;
 		encode_bytes(self.name.as_bytes(), MAX_STRING_LEN, out)?;
@@ -1164,15 +1374,15 @@ impl Subscribe {
 		if self.group_order != 0 {
 			known.push((param::GROUP_ORDER, Value::Int(u64::from(self.group_order))));
 		}
-		self.params.after(known).emit(out)
+		self.params.after(known).write(v, out)
 	}
 }
 
 impl SubscribeOk {
-	fn decode_15(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+	fn decode_15(buf: &mut &[u8], v: Version) -> Result<Self, DecodeError> {
 		let request_id = decode_varint(buf)?;
 		let track_alias = decode_varint(buf)?;
-		let params = Parameters::decode(buf)?;
+		let params = Parameters::read_message(buf, v)?;
 		let largest = params
 			.bytes(param::LARGEST_OBJECT)
 			.map(|bytes| Location::decode_exact(bytes))
@@ -1189,7 +1399,7 @@ impl SubscribeOk {
 
 	/// draft-15's body: EXPIRES when there is one, LARGEST_OBJECT when there is one, and
 	/// GROUP_ORDER (what a strict peer takes: it refuses any other parameter here).
-	fn emit_15(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+	fn emit_15(&self, v: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 		encode_varint(self.request_id, out)?;
 		encode_varint(self.track_alias, out)?;
 		let mut known = Vec::new();
@@ -1204,21 +1414,21 @@ impl SubscribeOk {
 		if self.group_order != 0 {
 			known.push((param::GROUP_ORDER, Value::Int(u64::from(self.group_order))));
 		}
-		self.params.after(known).emit(out)
+		self.params.after(known).write(v, out)
 	}
 }
 
 impl Decode for Message {
 	/// draft-14's (see [`Message::decode_for`]).
 	fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
-		Self::decode_for(buf, super::Version::Draft14)
+		Self::decode_for(buf, Version::Draft14)
 	}
 }
 
 impl Encode for Message {
 	/// draft-14's (see [`Message::encode_for`]).
 	fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-		self.emit_for(super::Version::Draft14, out)
+		self.emit_for(Version::Draft14, out)
 	}
 }
 

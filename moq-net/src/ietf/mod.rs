@@ -4,7 +4,8 @@
 //!
 //! What each draft changes, byte by byte, and what we chose where a draft is open, is written in
 //! docs/moq-transport.md. This module speaks **draft-14** (ALPN `moq-00`, the version chosen in
-//! CLIENT_SETUP) and **draft-15** (ALPN `moqt-15`): one [`Version`] picks the bytes.
+//! CLIENT_SETUP), **draft-15** (ALPN `moqt-15`) and **draft-16** (ALPN `moqt-16`): one
+//! [`Version`] picks the bytes.
 //!
 //! - `message.rs`: the control messages (a type, a 16-bit length, the body).
 //! - `data.rs`: subgroup streams and their objects, object datagrams.
@@ -24,27 +25,45 @@ pub const ALPN_DRAFT_14: &[u8] = b"moq-00";
 /// version and SETUP carries none.
 pub const ALPN_DRAFT_15: &[u8] = b"moqt-15";
 
+/// The ALPN of draft-16 (and its WebTransport sub-protocol).
+pub const ALPN_DRAFT_16: &[u8] = b"moqt-16";
+
 /// A draft's version number as SETUP carries it: `0xff000000` plus the draft.
 pub const DRAFT_14: u64 = 0xff00_000e;
 
 /// draft-15's version number (never on the wire: the ALPN names it).
 pub const DRAFT_15: u64 = 0xff00_000f;
 
-/// The drafts we speak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// draft-16's version number (never on the wire).
+pub const DRAFT_16: u64 = 0xff00_0010;
+
+/// The drafts we speak, oldest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
 	/// draft-ietf-moq-transport-14.
 	Draft14,
 	/// draft-ietf-moq-transport-15.
 	Draft15,
+	/// draft-ietf-moq-transport-16.
+	Draft16,
 }
 
 impl Version {
+	/// Every draft we speak, oldest first.
+	pub const ALL: [Self; 3] = [Self::Draft14, Self::Draft15, Self::Draft16];
+
+	/// Whether key-value pairs carry their type as the difference from the previous one
+	/// (draft-16 on).
+	pub fn delta_types(self) -> bool {
+		self >= Self::Draft16
+	}
+
 	/// Its ALPN (and WebTransport sub-protocol).
 	pub fn alpn(self) -> &'static [u8] {
 		match self {
 			Self::Draft14 => ALPN_DRAFT_14,
 			Self::Draft15 => ALPN_DRAFT_15,
+			Self::Draft16 => ALPN_DRAFT_16,
 		}
 	}
 
@@ -53,6 +72,7 @@ impl Version {
 		match alpn {
 			ALPN_DRAFT_14 => Some(Self::Draft14),
 			ALPN_DRAFT_15 => Some(Self::Draft15),
+			ALPN_DRAFT_16 => Some(Self::Draft16),
 			_ => None,
 		}
 	}
@@ -62,6 +82,7 @@ impl Version {
 		match self {
 			Self::Draft14 => DRAFT_14,
 			Self::Draft15 => DRAFT_15,
+			Self::Draft16 => DRAFT_16,
 		}
 	}
 }

@@ -38,7 +38,7 @@ use kio::JoinHandle;
 use kio::sync::{Budget, Charge, Queue};
 
 use super::data::{ObjectHeader, SubgroupHeader, SubgroupId, status};
-use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk};
+use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk, subscribe_options};
 use super::{DRAFT_14, Version, code, done_code, request_code};
 use crate::coding::{DecodeError, Encode};
 use crate::lite::session::Config;
@@ -293,7 +293,7 @@ pub async fn connect<T: Transport>(
 	}
 	let versions = match version {
 		Version::Draft14 => vec![DRAFT_14],
-		Version::Draft15 => Vec::new(),
+		Version::Draft15 | Version::Draft16 => Vec::new(),
 	};
 	write(&mut send, &Message::ClientSetup { versions, params }, version).await?;
 	let mut reader = Reader::new(recv);
@@ -354,6 +354,8 @@ struct Upstream {
 
 /// A broadcast the peer published into our origin.
 struct Mirrored {
+	/// The PUBLISH_NAMESPACE that brought it; none for a draft-16 NAMESPACE.
+	request_id: Option<u64>,
 	broadcast: BroadcastProducer,
 	_publication: Publication,
 	_tracks: Task,
@@ -397,6 +399,11 @@ struct Inner<T: Transport> {
 	upstream: RefCell<HashMap<u64, Upstream>>,
 	/// The peer's namespaces in our origin.
 	mirrored: RefCell<HashMap<Namespace, Mirrored>>,
+	/// draft-16: the namespaces of `mirrored` by the request id of their PUBLISH_NAMESPACE
+	/// (PUBLISH_NAMESPACE_DONE names that).
+	mirrored_ids: RefCell<HashMap<u64, Namespace>>,
+	/// draft-16: the peer's SUBSCRIBE_NAMESPACE streams open now.
+	namespace_streams: Cell<usize>,
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 	closed: Cell<Option<u64>>,
@@ -447,7 +454,10 @@ impl<T: Transport + 'static> Inner<T> {
 	/// The peer's requests that hold something here: its subscriptions, namespace subscriptions
 	/// and published namespaces.
 	fn live_requests(&self) -> usize {
-		self.subscriptions.borrow().len() + self.announcers.borrow().len() + self.mirrored.borrow().len()
+		self.subscriptions.borrow().len()
+			+ self.announcers.borrow().len()
+			+ self.namespace_streams.get()
+			+ self.mirrored.borrow().len()
 	}
 
 	/// Grants the peer request ids for as many requests as it may hold live beside those it
@@ -585,6 +595,8 @@ pub fn start<T: Transport + Clone + 'static>(
 		aliases: kio::sync::Producer::new(0),
 		upstream: RefCell::default(),
 		mirrored: RefCell::default(),
+		mirrored_ids: RefCell::default(),
+		namespace_streams: Cell::new(0),
 		publish,
 		subscribe,
 		closed: Cell::new(None),
@@ -603,6 +615,9 @@ pub fn start<T: Transport + Clone + 'static>(
 	];
 	if inner.subscribe.is_some() {
 		tasks.push(Task(kio::spawn(ask_for_namespaces(inner.clone()))));
+	}
+	if inner.version >= Version::Draft16 {
+		tasks.push(Task(kio::spawn(accept_namespace_streams(inner.clone()))));
 	}
 	Session { inner, _tasks: tasks }
 }
@@ -665,9 +680,26 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 		}
 		Message::RequestsBlocked(_) => {}
 		Message::SubscribeNamespace { request_id, prefix, .. } => {
+			if inner.version >= Version::Draft16 {
+				return Err(violation("SUBSCRIBE_NAMESPACE on the control stream"));
+			}
 			inner.take_request_id(request_id)?;
 			subscribe_namespace(inner, request_id, prefix).await;
 		}
+		Message::Namespace(_) | Message::NamespaceDone(_) => {
+			return Err(violation("NAMESPACE on the control stream"));
+		}
+		Message::PublishNamespaceDoneRequest(request_id) => {
+			let namespace = inner.mirrored_ids.borrow_mut().remove(&request_id);
+			if let Some(namespace) = namespace {
+				let mirrored = inner.mirrored.borrow_mut().remove(&namespace);
+				if let Some(mirrored) = mirrored {
+					mirrored.broadcast.finish();
+				}
+			}
+		}
+		// draft-16: we answer SUBSCRIBE_NAMESPACE with NAMESPACE, never PUBLISH_NAMESPACE.
+		Message::PublishNamespaceCancelRequest { .. } => {}
 		Message::UnsubscribeNamespace(prefix) => {
 			inner.announcers.borrow_mut().remove(&prefix);
 		}
@@ -788,6 +820,7 @@ async fn refuse<T: Transport + 'static>(inner: &Inner<T>, kind: fn(RequestError)
 	let error = RequestError {
 		request_id,
 		code: request_code::NOT_SUPPORTED,
+		retry_interval: 0,
 		reason: "not supported".into(),
 	};
 	inner.send(error_message(inner.version, kind, error)).await;
@@ -798,7 +831,7 @@ async fn refuse<T: Transport + 'static>(inner: &Inner<T>, kind: fn(RequestError)
 fn error_message(version: Version, kind: fn(RequestError) -> Message, error: RequestError) -> Message {
 	match version {
 		Version::Draft14 => kind(error),
-		Version::Draft15 => Message::SubscribeError(error),
+		Version::Draft15 | Version::Draft16 => Message::SubscribeError(error),
 	}
 }
 
@@ -806,7 +839,7 @@ fn error_message(version: Version, kind: fn(RequestError) -> Message, error: Req
 fn ok_message(version: Version, kind: fn(u64) -> Message, request_id: u64) -> Message {
 	match version {
 		Version::Draft14 => kind(request_id),
-		Version::Draft15 => Message::RequestOk {
+		Version::Draft15 | Version::Draft16 => Message::RequestOk {
 			request_id,
 			params: Parameters::default(),
 		},
@@ -817,7 +850,7 @@ fn ok_message(version: Version, kind: fn(u64) -> Message, request_id: u64) -> Me
 fn does_not_exist(version: Version) -> u64 {
 	match version {
 		Version::Draft14 => request_code::DOES_NOT_EXIST,
-		Version::Draft15 => request_code::DOES_NOT_EXIST_15,
+		Version::Draft15 | Version::Draft16 => request_code::DOES_NOT_EXIST_15,
 	}
 }
 
@@ -836,6 +869,7 @@ async fn subscribe_namespace<T: Transport + 'static>(inner: &Rc<Inner<T>>, reque
 		let error = RequestError {
 			request_id,
 			code: request_code::INTERNAL_ERROR,
+			retry_interval: 0,
 			reason: "too many namespace subscriptions".into(),
 		};
 		inner
@@ -847,15 +881,15 @@ async fn subscribe_namespace<T: Transport + 'static>(inner: &Rc<Inner<T>>, reque
 		.send(ok_message(inner.version, Message::SubscribeNamespaceOk, request_id))
 		.await;
 	let cursor = origin.announced(&Path::new(&prefix.to_path()));
-	let task = Task(kio::spawn(announce(inner.clone(), prefix.clone(), cursor)));
+	let task = Task(kio::spawn(announce(inner.clone(), cursor)));
 	inner.announcers.borrow_mut().insert(prefix, (request_id, task));
 }
 
-async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace, mut cursor: model::AnnounceCursor) {
-	let base = Path::new(&prefix.to_path());
+async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, mut cursor: model::AnnounceCursor) {
 	loop {
 		let update = cursor.next().await;
-		let namespace = Namespace::from_path(base.join(&update.path).as_str());
+		// The path is the whole namespace (relative to the session's root, not the prefix's).
+		let namespace = Namespace::from_path(update.path.as_str());
 		if update.broadcast.is_some() {
 			// The peer's grant spent, this namespace waits for more (MAX_REQUEST_ID).
 			let request_id = inner.next_request_id_granted().await;
@@ -890,6 +924,108 @@ async fn announce<T: Transport + 'static>(inner: Rc<Inner<T>>, prefix: Namespace
 	}
 }
 
+/// draft-16: takes the peer's SUBSCRIBE_NAMESPACE streams (the only bidirectional streams
+/// after the control stream).
+async fn accept_namespace_streams<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+	let mut running: Vec<Task> = Vec::new();
+	loop {
+		let Ok((send, recv)) = inner.transport.accept_bi().await else {
+			return;
+		};
+		running.retain(|task| !task.0.is_finished());
+		running.push(Task(kio::spawn(namespace_stream(inner.clone(), send, recv))));
+	}
+}
+
+/// Counts a SUBSCRIBE_NAMESPACE stream among the peer's live requests while it lives.
+struct NamespaceStream<'a, T: Transport + 'static>(&'a Inner<T>);
+
+impl<T: Transport + 'static> Drop for NamespaceStream<'_, T> {
+	fn drop(&mut self) {
+		self.0.namespace_streams.set(self.0.namespace_streams.get() - 1);
+	}
+}
+
+/// One draft-16 SUBSCRIBE_NAMESPACE: REQUEST_OK (or REQUEST_ERROR and FIN), then a NAMESPACE
+/// for each broadcast under the prefix (by its fields after the prefix's) and NAMESPACE_DONE as
+/// each goes, until the peer ends its side of the stream.
+async fn namespace_stream<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T::SendHalf, recv: T::RecvHalf) {
+	let version = inner.version;
+	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
+	let first = match reader.decode(|buf| Message::decode_for(buf, version)).await {
+		Ok(Some(message)) => message,
+		Ok(None) | Err(Error::Transport(_) | Error::Refused(_)) => return,
+		Err(err) => {
+			inner.fail(&err);
+			return;
+		}
+	};
+	let Message::SubscribeNamespace {
+		request_id,
+		prefix,
+		options,
+		..
+	} = first
+	else {
+		inner.fail(&violation("a stream that did not open with SUBSCRIBE_NAMESPACE"));
+		return;
+	};
+	if let Err(err) = inner.take_request_id(request_id) {
+		inner.fail(&err);
+		return;
+	}
+	let held = inner.announcers.borrow().len() + inner.namespace_streams.get();
+	if held >= inner.config.limits.subscriptions {
+		let error = RequestError {
+			request_id,
+			code: request_code::INTERNAL_ERROR,
+			retry_interval: 0,
+			reason: "too many namespace subscriptions".into(),
+		};
+		let _ = write(&mut send, &Message::SubscribeError(error), version).await;
+		let _ = send.finish();
+		return;
+	}
+	inner.namespace_streams.set(inner.namespace_streams.get() + 1);
+	let _live = NamespaceStream(&inner);
+	let ok = ok_message(version, Message::SubscribeNamespaceOk, request_id);
+	if write(&mut send, &ok, version).await.is_err() {
+		return;
+	}
+	inner.regrant().await;
+	// Without an origin to announce from, or asked only for PUBLISH (we push no tracks), the
+	// set is empty: the stream stays until the peer ends it.
+	let cursor = match (&inner.publish, options) {
+		(Some(origin), subscribe_options::NAMESPACE | subscribe_options::BOTH) => {
+			Some(origin.announced(&Path::new(&prefix.to_path())))
+		}
+		_ => None,
+	};
+	let announcing = async {
+		let Some(mut cursor) = cursor else {
+			return std::future::pending::<()>().await;
+		};
+		loop {
+			let update = cursor.next().await;
+			// The namespace's fields after the prefix's (the path is the whole namespace).
+			let mut suffix = Namespace::from_path(update.path.as_str());
+			suffix.0.drain(..prefix.0.len().min(suffix.0.len()));
+			let message = match update.broadcast {
+				Some(_) => Message::Namespace(suffix),
+				None => Message::NamespaceDone(suffix),
+			};
+			if write(&mut send, &message, version).await.is_err() {
+				return;
+			}
+		}
+	};
+	// Nothing more may come on the stream: its end is the unsubscribe.
+	let ended = reader.decode(|buf| Message::decode_for(buf, version));
+	if let kio::Either::Right(Ok(Some(_)) | Err(Error::Protocol(..))) = kio::race(announcing, ended).await {
+		inner.fail(&violation("a message after SUBSCRIBE_NAMESPACE on its stream"));
+	}
+}
+
 /// Answers a SUBSCRIBE: the track's groups, or SUBSCRIBE_ERROR.
 async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe: Subscribe) {
 	let request_id = subscribe.request_id;
@@ -897,6 +1033,7 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 		Message::SubscribeError(RequestError {
 			request_id,
 			code,
+			retry_interval: 0,
 			reason: reason.into(),
 		})
 	};
@@ -1065,42 +1202,123 @@ async fn send_group<T: Transport + 'static>(
 
 // --- the subscriber half ---------------------------------------------------------------------
 
-/// Asks the peer for every namespace it publishes (the root prefix).
-async fn ask_for_namespaces<T: Transport + 'static>(inner: Rc<Inner<T>>) {
+/// Asks the peer for every namespace it publishes (the root prefix): on the control stream
+/// (drafts 14 and 15; PUBLISH_NAMESPACE requests answer), or on a stream of its own (draft-16;
+/// NAMESPACE and NAMESPACE_DONE answer there, and PUBLISH_NAMESPACE may still come unasked).
+async fn ask_for_namespaces<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>) {
 	let Some(request_id) = inner.our_request_id() else {
 		return;
 	};
-	inner
-		.send(Message::SubscribeNamespace {
-			request_id,
-			prefix: Namespace::default(),
-			params: Parameters::default(),
-		})
-		.await;
+	let version = inner.version;
+	let mut request = Message::SubscribeNamespace {
+		request_id,
+		prefix: Namespace::default(),
+		options: subscribe_options::BOTH,
+		params: Parameters::default(),
+	};
+	if version < Version::Draft16 {
+		inner.send(request).await;
+		return;
+	}
+	if let Message::SubscribeNamespace { options, .. } = &mut request {
+		*options = subscribe_options::NAMESPACE;
+	}
+	let Ok((mut send, recv)) = inner.transport.open_bi().await else {
+		return;
+	};
+	if write(&mut send, &request, version).await.is_err() {
+		return;
+	}
+	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
+	let result = take_namespaces(&inner, &mut reader).await;
+	// However the stream ended, what it gave ends with it.
+	let given: Vec<Namespace> = inner
+		.mirrored
+		.borrow()
+		.iter()
+		.filter(|(_, mirrored)| mirrored.request_id.is_none())
+		.map(|(namespace, _)| namespace.clone())
+		.collect();
+	for namespace in given {
+		let mirrored = inner.mirrored.borrow_mut().remove(&namespace);
+		if let Some(mirrored) = mirrored {
+			mirrored.broadcast.finish();
+		}
+	}
+	match result {
+		Err(err @ Error::Protocol(..)) => inner.fail(&err),
+		Err(_) => reader.recv.stop(0),
+		Ok(()) => {}
+	}
 }
 
-/// Takes a PUBLISH_NAMESPACE into the origin, its tracks fetched on demand.
-async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, request_id: u64, namespace: Namespace) {
+/// Reads a draft-16 SUBSCRIBE_NAMESPACE's answer: REQUEST_OK (or REQUEST_ERROR, and the stream
+/// ends), then NAMESPACE and NAMESPACE_DONE, into the origin.
+async fn take_namespaces<T: Transport + Clone + 'static>(
+	inner: &Rc<Inner<T>>,
+	reader: &mut Reader<T::RecvHalf>,
+) -> Result<(), Error> {
 	let version = inner.version;
-	let refused = |code, reason: &str| {
-		let error = RequestError {
-			request_id,
-			code,
-			reason: reason.into(),
-		};
-		error_message(version, Message::PublishNamespaceError, error)
+	match reader.decode(|buf| Message::decode_for(buf, version)).await? {
+		Some(Message::RequestOk { .. }) => {}
+		// Refused, or nothing: what comes unasked is still taken.
+		Some(Message::SubscribeError(_)) | None => return Ok(()),
+		Some(_) => return Err(violation("SUBSCRIBE_NAMESPACE answered with neither OK nor error")),
+	}
+	while let Some(message) = reader.decode(|buf| Message::decode_for(buf, version)).await? {
+		match message {
+			Message::Namespace(namespace) => {
+				if let Err((_, why)) = mirror(inner, namespace, None) {
+					tracing::debug!(why, "ietf: a NAMESPACE not taken");
+				}
+			}
+			Message::NamespaceDone(namespace) => {
+				let mut mirrored = inner.mirrored.borrow_mut();
+				let given = mirrored.get(&namespace).is_some_and(|m| m.request_id.is_none());
+				if !given {
+					return Err(violation("NAMESPACE_DONE of no NAMESPACE"));
+				}
+				let done = mirrored.remove(&namespace);
+				drop(mirrored);
+				if let Some(done) = done {
+					done.broadcast.finish();
+				}
+			}
+			_ => return Err(violation("a message a SUBSCRIBE_NAMESPACE stream does not carry")),
+		}
+	}
+	Ok(())
+}
+
+/// Takes a PUBLISH_NAMESPACE into the origin, its tracks fetched on demand, and answers it.
+async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, request_id: u64, namespace: Namespace) {
+	let reply = match mirror(inner, namespace, Some(request_id)) {
+		Ok(()) => ok_message(inner.version, Message::PublishNamespaceOk, request_id),
+		Err((code, reason)) => {
+			let error = RequestError {
+				request_id,
+				code,
+				retry_interval: 0,
+				reason: reason.into(),
+			};
+			error_message(inner.version, Message::PublishNamespaceError, error)
+		}
 	};
+	inner.send(reply).await;
+}
+
+/// Puts the peer's `namespace` into the origin (PUBLISH_NAMESPACE `request_id`, or a draft-16
+/// NAMESPACE), its tracks fetched on demand; or why not.
+fn mirror<T: Transport + Clone + 'static>(
+	inner: &Rc<Inner<T>>,
+	namespace: Namespace,
+	request_id: Option<u64>,
+) -> Result<(), (u64, &'static str)> {
 	let Some(origin) = &inner.subscribe else {
-		inner
-			.send(refused(request_code::NOT_SUPPORTED, "nothing may be published here"))
-			.await;
-		return;
+		return Err((request_code::NOT_SUPPORTED, "nothing may be published here"));
 	};
 	if inner.mirrored.borrow().len() >= inner.config.limits.announces {
-		inner
-			.send(refused(request_code::INTERNAL_ERROR, "too many namespaces"))
-			.await;
-		return;
+		return Err((request_code::INTERNAL_ERROR, "too many namespaces"));
 	}
 	let path = Path::new(&namespace.to_path());
 	let broadcast = BroadcastProducer::new();
@@ -1113,33 +1331,32 @@ async fn take_namespace<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, re
 		false => Route::new(Vec::new()),
 	};
 	let Ok(publication) = origin.publish(&path, broadcast.consume(), route) else {
-		inner
-			.send(refused(
-				request_code::UNAUTHORIZED,
-				"outside what this session may publish",
-			))
-			.await;
-		return;
+		return Err((request_code::UNAUTHORIZED, "outside what this session may publish"));
 	};
-	inner
-		.send(ok_message(inner.version, Message::PublishNamespaceOk, request_id))
-		.await;
 	let tracks = Task(kio::spawn(serve_requests(
 		inner.clone(),
 		namespace.clone(),
 		broadcast.clone(),
 	)));
+	if let Some(request_id) = request_id.filter(|_| inner.version >= Version::Draft16) {
+		inner.mirrored_ids.borrow_mut().insert(request_id, namespace.clone());
+	}
 	let old = inner.mirrored.borrow_mut().insert(
 		namespace,
 		Mirrored {
+			request_id,
 			broadcast,
 			_publication: publication,
 			_tracks: tracks,
 		},
 	);
 	if let Some(old) = old {
+		if let Some(id) = old.request_id {
+			inner.mirrored_ids.borrow_mut().remove(&id);
+		}
 		old.broadcast.finish();
 	}
+	Ok(())
 }
 
 /// Fetches each track asked of a mirrored broadcast from the peer, at most the session's track
@@ -1250,6 +1467,7 @@ async fn subscribe_upstream<T: Transport + 'static>(
 		return Err(RequestError {
 			request_id: 0,
 			code: request_code::INTERNAL_ERROR,
+			retry_interval: 0,
 			reason: "the peer's grant of request ids is spent".into(),
 		});
 	};
@@ -1282,6 +1500,7 @@ async fn subscribe_upstream<T: Transport + 'static>(
 			return Err(RequestError {
 				request_id,
 				code: request_code::TIMEOUT,
+				retry_interval: 0,
 				reason: "no reply to SUBSCRIBE".into(),
 			});
 		}

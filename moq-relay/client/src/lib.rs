@@ -8,7 +8,7 @@
 //!
 //! | URL | transport |
 //! |---|---|
-//! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`; or an IETF draft's, `moq-00` or `moqt-15`, with [`Client::protocol`]), the path and query in SETUP |
+//! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`; or an IETF draft's, `moq-00`, `moqt-15` or `moqt-16`, with [`Client::protocol`]), the path and query in SETUP |
 //! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
 //! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
 //! | `ws://host:port/path?jwt=…` | QMux over a WebSocket on the relay's HTTP port (TCP), the path and query in the upgrade, `qmux-01.moq-lite-05` offered: where UDP cannot go |
@@ -109,6 +109,8 @@ pub enum Protocol {
 	Draft14,
 	/// IETF moq-transport draft-15 (ALPN `moqt-15`).
 	Draft15,
+	/// IETF moq-transport draft-16 (ALPN `moqt-16`).
+	Draft16,
 }
 
 impl Protocol {
@@ -118,6 +120,7 @@ impl Protocol {
 			Self::Lite => None,
 			Self::Draft14 => Some(ietf::Version::Draft14),
 			Self::Draft15 => Some(ietf::Version::Draft15),
+			Self::Draft16 => Some(ietf::Version::Draft16),
 		}
 	}
 }
@@ -125,13 +128,14 @@ impl Protocol {
 impl std::str::FromStr for Protocol {
 	type Err = String;
 
-	/// `moq-lite-05`, `moq-transport-14` or `moq-transport-15` (the public clients' names).
+	/// `moq-lite-05`, or `moq-transport-14` to `-16` (the public clients' names).
 	fn from_str(text: &str) -> Result<Self, String> {
 		match text {
 			"moq-lite-05" | "lite" => Ok(Self::Lite),
 			"moq-transport-14" | "draft-14" => Ok(Self::Draft14),
 			"moq-transport-15" | "draft-15" => Ok(Self::Draft15),
-			other => Err(format!("{other}: not moq-lite-05, moq-transport-14 or -15")),
+			"moq-transport-16" | "draft-16" => Ok(Self::Draft16),
+			other => Err(format!("{other}: not moq-lite-05, or moq-transport-14 to -16")),
 		}
 	}
 }

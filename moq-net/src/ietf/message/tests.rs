@@ -67,6 +67,7 @@ fn namespace_messages() {
 		Message::PublishNamespaceError(RequestError {
 			request_id: 0,
 			code: 4,
+			retry_interval: 0,
 			reason: "no".into(),
 		}),
 		"08 00 05 00 04 02 6e 6f",
@@ -84,6 +85,7 @@ fn namespace_messages() {
 		Message::SubscribeNamespace {
 			request_id: 2,
 			prefix: clock(),
+			options: subscribe_options::BOTH,
 			params: Parameters::default(),
 		},
 		"11 00 09 02 01 05 63 6c 6f 63 6b 00",
@@ -93,6 +95,7 @@ fn namespace_messages() {
 		Message::SubscribeNamespaceError(RequestError {
 			request_id: 2,
 			code: 4,
+			retry_interval: 0,
 			reason: String::new(),
 		}),
 		"13 00 03 02 04 00",
@@ -148,6 +151,7 @@ fn subscription_messages() {
 		Message::SubscribeError(RequestError {
 			request_id: 1,
 			code: 4,
+			retry_interval: 0,
 			reason: "nope".into(),
 		}),
 		"05 00 07 01 04 04 6e 6f 70 65",
@@ -221,6 +225,7 @@ fn fetch_and_publish_messages() {
 		Message::FetchError(RequestError {
 			request_id: 2,
 			code: 6,
+			retry_interval: 0,
 			reason: String::new(),
 		}),
 		"19 00 03 02 06 00",
@@ -237,6 +242,7 @@ fn fetch_and_publish_messages() {
 		Message::PublishError(RequestError {
 			request_id: 6,
 			code: 3,
+			retry_interval: 0,
 			reason: String::new(),
 		}),
 		"1f 00 03 06 03 00",
@@ -280,11 +286,14 @@ fn bad_bytes_are_errors_never_panics() {
 }
 
 fn both_ways_15(message: Message, wire: &str) {
-	let version = super::super::Version::Draft15;
+	both_ways_in(Version::Draft15, message, wire);
+}
+
+fn both_ways_in(version: Version, message: Message, wire: &str) {
 	let wire = hex(wire);
 	let mut out = Vec::new();
 	message.encode_for(version, &mut out).unwrap();
-	assert_eq!(out, wire, "{message:?} encodes as draft-15");
+	assert_eq!(out, wire, "{message:?} encodes as {version:?}");
 	let mut view = &wire[..];
 	let decoded = Message::decode_for(&mut view, version).unwrap();
 	assert!(view.is_empty());
@@ -303,7 +312,7 @@ fn both_ways_15(message: Message, wire: &str) {
 
 #[test]
 fn draft_15_carries_fields_as_parameters_and_answers_every_request_alike() {
-	let version = super::super::Version::Draft15;
+	let version = Version::Draft15;
 	both_ways_15(
 		Message::ClientSetup {
 			versions: Vec::new(),
@@ -354,6 +363,7 @@ fn draft_15_carries_fields_as_parameters_and_answers_every_request_alike() {
 		Message::SubscribeError(RequestError {
 			request_id: 0,
 			code: 0x10,
+			retry_interval: 0,
 			reason: String::new(),
 		}),
 		"05 00 03 00 10 00",
@@ -383,4 +393,106 @@ fn draft_15_carries_fields_as_parameters_and_answers_every_request_alike() {
 		let error = Message::decode_for(&mut &hex(bad)[..], version).unwrap_err();
 		assert!(matches!(error, DecodeError::InvalidValue(_)), "{bad}: {error:?}");
 	}
+}
+
+fn both_ways_16(message: Message, wire: &str) {
+	both_ways_in(Version::Draft16, message, wire);
+}
+
+#[test]
+fn draft_16_writes_parameter_types_as_deltas_and_moves_namespaces_to_their_own_streams() {
+	let version = Version::Draft16;
+	// The parameters' types 1, 2, 7 as 1, +1, +5 (docs/moq-transport.md's vector).
+	both_ways_16(
+		Message::ClientSetup {
+			versions: Vec::new(),
+			params: Parameters::default()
+				.with_bytes(0x1, &b"/x"[..])
+				.with_int(0x2, 100)
+				.with_bytes(0x7, &b"r"[..]),
+		},
+		"20 00 0b 03 01 02 2f 78 01 40 64 05 01 72",
+	);
+	// Written in any order, sent sorted: 0x10, +0x10, +0x01.
+	let subscribe = Subscribe {
+		request_id: 0,
+		params: Parameters::default(),
+		..subscribe(Filter::LargestObject)
+	};
+	both_ways_16(
+		Message::Subscribe(subscribe),
+		"03 00 19 00 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 03 10 01 10 40 80 01 01 02",
+	);
+	both_ways_16(
+		Message::SubscribeError(RequestError {
+			request_id: 0,
+			code: 0x10,
+			retry_interval: 0,
+			reason: String::new(),
+		}),
+		"05 00 04 00 10 00 00",
+	);
+	both_ways_16(
+		Message::SubscribeError(RequestError {
+			request_id: 4,
+			code: 0x3,
+			retry_interval: 1001,
+			reason: "no".into(),
+		}),
+		"05 00 07 04 03 43 e9 02 6e 6f",
+	);
+	both_ways_16(
+		Message::SubscribeNamespace {
+			request_id: 2,
+			prefix: clock(),
+			options: subscribe_options::NAMESPACE,
+			params: Parameters::default(),
+		},
+		"11 00 0a 02 01 05 63 6c 6f 63 6b 01 00",
+	);
+	both_ways_16(Message::Namespace(Namespace(vec!["a".into()])), "08 00 03 01 01 61");
+	both_ways_16(Message::NamespaceDone(Namespace(vec!["a".into()])), "0e 00 03 01 01 61");
+	both_ways_16(Message::PublishNamespaceDoneRequest(6), "09 00 01 06");
+	both_ways_16(
+		Message::PublishNamespaceCancelRequest {
+			request_id: 6,
+			code: 0x4,
+			reason: String::new(),
+		},
+		"0c 00 03 06 04 00",
+	);
+	// SUBSCRIBE_OK ends with the track's extensions (DEFAULT_PUBLISHER_GROUP_ORDER = 2 here):
+	// read and left behind; we write none.
+	let wire = hex("04 00 05 00 00 00 22 02");
+	let Ok(Message::SubscribeOk(ok)) = Message::decode_for(&mut &wire[..], version) else {
+		panic!("a SUBSCRIBE_OK");
+	};
+	assert_eq!((ok.request_id, ok.track_alias), (0, 0));
+	both_ways_16(Message::SubscribeOk(ok), "04 00 03 00 00 00");
+	// Bad: an unknown message parameter (0x40), extensions that are no pairs, options of 3,
+	// UNSUBSCRIBE_NAMESPACE (gone), and a type delta past 2^64.
+	for bad in [
+		"03 00 12 00 01 05 63 6c 6f 63 6b 07 73 65 63 6f 6e 64 73 01 40 40 00",
+		"04 00 05 00 00 00 21 05",
+		"11 00 0a 02 01 05 63 6c 6f 63 6b 03 00",
+		"14 00 01 02",
+		// Five SETUP parameters each 2^62 - 2 past the one before: the fifth is past 2^64.
+		&format!("20 00 2e 05{}", " ff ff ff ff ff ff ff fe 00".repeat(5)),
+	] {
+		let bad: &str = bad;
+		assert!(
+			Message::decode_for(&mut &hex(bad)[..], version).is_err(),
+			"{bad} decodes as draft-16"
+		);
+	}
+	// What draft-16 replaced is not written in it.
+	for gone in [
+		Message::UnsubscribeNamespaceRequest(2),
+		Message::PublishNamespaceDone(clock()),
+	] {
+		assert!(gone.encode_for(version, &mut Vec::new()).is_err(), "{gone:?}");
+	}
+	// An unknown SETUP parameter is still ignored (kept), as in every draft.
+	let wire = hex("20 00 04 01 40 50 01");
+	assert!(Message::decode_for(&mut &wire[..], version).is_ok());
 }
