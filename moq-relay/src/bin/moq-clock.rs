@@ -30,7 +30,7 @@ use moq_net::model::{
 use moq_quic::Verification;
 use moq_relay::config::Span;
 
-/// An example MoQ client (moq-lite-05, or the IETF draft-14): publish a clock track, or
+/// An example MoQ client (moq-lite-05, or the IETF drafts 14 to 16): publish a clock track, or
 /// subscribe and print it.
 #[derive(Parser, Debug)]
 // `--version` names the protocol, as the public clients' `--client-version` does.
@@ -57,8 +57,8 @@ struct Args {
 	/// became unreachable says nothing): the QUIC idle timeout, with keep-alives at a third of it.
 	#[arg(long, global = true, value_name = "DURATION", default_value = "30s")]
 	idle_timeout: Span,
-	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF drafts moq-transport-14
-	/// and moq-transport-15.
+	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF drafts moq-transport-14,
+	/// -15 and -16.
 	#[arg(long, global = true, value_name = "VERSION", default_value = "moq-lite-05")]
 	version: moq_client::Protocol,
 }
