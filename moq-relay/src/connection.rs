@@ -10,7 +10,9 @@
 //!
 //! Refusals close the connection with the protocol's code: Unauthorized (6) for a bad or missing
 //! token, Timeout (3) for a SETUP that does not come within `[limits] setup_timeout`, Unroutable
-//! (30) past `--max-connections`. At shutdown, sessions close with [`SHUTDOWN_CODE`].
+//! (30) past `--max-connections`. At shutdown, sessions close with [`SHUTDOWN_CODE`] (the
+//! draft's NO_ERROR for an IETF session, which hears GOAWAY first and has half the shutdown
+//! timeout to leave by itself).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -419,6 +421,7 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 		)),
 	};
 	let expires = grant.remaining(SystemTime::now()).map(|left| kio::time::now() + left);
+	let shutdown_timeout = relay.shutdown_timeout;
 	async move {
 		let _worker_session = worker_session;
 		let _cluster_session = cluster_session;
@@ -438,7 +441,16 @@ pub(crate) fn serve_session<'a, T: Transport + Clone + 'static>(
 				info!(%remote, "token expired");
 				session.close(ErrorCode::Unauthorized.code());
 			}
-			Either::Right(Either::Left(())) => session.close(SHUTDOWN_CODE),
+			Either::Right(Either::Left(())) => {
+				// A draft's client hears GOAWAY first, and has half the shutdown timeout to
+				// leave on its own (to another relay, without a gap) before the close.
+				if let Running::Ietf(ietf) = &session {
+					ietf.go_away();
+					let grace = kio::time::sleep(shutdown_timeout / 2);
+					let _ = race(session.closed(), grace).await;
+				}
+				session.close(SHUTDOWN_CODE)
+			}
 			Either::Right(Either::Right(())) => {
 				info!(%remote, "closed to make room for another address");
 				session.close(ErrorCode::Unroutable.code());

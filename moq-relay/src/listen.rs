@@ -22,7 +22,10 @@ use crate::http::{self, Routes};
 use crate::relay::Relay;
 
 /// Accepts connections on worker `index`'s `endpoint` and serves each in a task until shutdown;
-/// then closes them all and waits for them to drain, for at most the shutdown timeout.
+/// then lets each session close itself with its protocol's code (a moq-lite session at once, an
+/// IETF one after GOAWAY and a grace of half the shutdown timeout), closes what is left (a
+/// handshake, a SETUP not yet read) and waits for them to drain, all within the shutdown
+/// timeout.
 pub(crate) async fn accept_quic(relay: &Arc<Relay>, endpoint: &Endpoint, index: usize, shutdown: &Consumer<()>) {
 	let mut connections = Vec::new();
 	loop {
@@ -39,8 +42,19 @@ pub(crate) async fn accept_quic(relay: &Arc<Relay>, endpoint: &Endpoint, index: 
 		)));
 	}
 	info!(worker = index, open = endpoint.open_connections(), "shutting down");
+	endpoint.stop_accepting();
+	let deadline = kio::time::now() + relay.shutdown_timeout;
+	// Closing the endpoint first would close every session with moq-lite's code: a draft's
+	// client would see 25, which its draft does not have, and no GOAWAY.
+	let sessions_closed = async {
+		for task in &connections {
+			let _ = kio::wait(|w| task.poll_join(w)).await;
+		}
+	};
+	let sessions_deadline = kio::time::sleep(relay.shutdown_timeout * 3 / 4);
+	let _ = race(sessions_closed, sessions_deadline).await;
 	endpoint.close(SHUTDOWN_CODE, "relay shutting down");
-	let drained = race(endpoint.drained(), kio::time::sleep(relay.shutdown_timeout)).await;
+	let drained = race(endpoint.drained(), kio::time::sleep_until(deadline)).await;
 	if let Either::Right(()) = drained {
 		warn!(
 			worker = index,

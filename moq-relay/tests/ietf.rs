@@ -240,3 +240,42 @@ fn hostile_draft_14_peers_are_closed_with_the_drafts_codes() {
 		healthy.still_receives().await;
 	});
 }
+
+#[test]
+fn at_shutdown_a_draft_client_hears_goaway_then_the_close() {
+	let relay = Relay::start(1);
+	let rt = runtime();
+	let (conn, _send, recv, _endpoint) = rt.block_on(async {
+		let endpoint = endpoint(&relay);
+		let (conn, send, recv) = raw_draft_14(&relay, &endpoint).await;
+		(conn, send, recv, endpoint)
+	});
+	// The relay shuts down on another thread while this one reads what it says.
+	let stopping = std::thread::spawn(move || relay.stop());
+	rt.block_on(async move {
+		let mut recv = recv;
+		let mut buf = Vec::new();
+		let goaway = loop {
+			use moq_net::coding::Decode;
+			let mut view = &buf[..];
+			if let Ok(message) = Message::decode(&mut view) {
+				let used = buf.len() - view.len();
+				buf.drain(..used);
+				if let Message::Goaway { uri } = message {
+					break uri;
+				}
+				continue;
+			}
+			let chunk = within(LIMIT, "GOAWAY", moq_net::transport::RecvStreamExt::read(&mut recv))
+				.await
+				.unwrap()
+				.expect("the control stream stays open until GOAWAY");
+			buf.extend_from_slice(&chunk);
+		};
+		assert_eq!(goaway, "", "no URI: the client goes where it sees fit");
+		// This client does not leave: the relay closes after its grace, with NO_ERROR.
+		let code = within(LIMIT, "the close", TransportExt::closed(&conn)).await;
+		assert_eq!(code, code::NO_ERROR);
+	});
+	stopping.join().unwrap().unwrap();
+}

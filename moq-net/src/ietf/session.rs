@@ -536,6 +536,13 @@ impl<T: Transport + 'static> Session<T> {
 	pub fn close(&self, code: u64) {
 		self.inner.close(code);
 	}
+
+	/// Asks the peer to move (GOAWAY without a URI: wherever it sees fit), as a relay does
+	/// before it shuts down; the session goes on until either side closes it. Best effort: a
+	/// full control queue leaves it out.
+	pub fn go_away(&self) {
+		let _ = self.inner.out.try_push(Message::Goaway { uri: String::new() });
+	}
 }
 
 impl<T: Transport + 'static> Drop for Session<T> {
