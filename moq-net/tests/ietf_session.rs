@@ -608,3 +608,154 @@ fn a_namespace_subscription_of_a_prefix_hears_whole_namespaces() {
 		assert_eq!(namespace, Namespace(vec!["live".into(), "a".into()]));
 	});
 }
+
+#[test]
+fn fetches_are_served_from_the_cache_standalone_and_joining() {
+	use moq_net::ietf::message::{FetchKind, Filter, Location, Namespace, Subscribe};
+	use moq_net::test_support::frame;
+
+	for version in Version::ALL {
+		kio::block_on(async {
+			let relay = Origin::new(100);
+			let (_broadcast, track, _publication) =
+				local_broadcast(&relay, "live", video(std::time::Duration::from_secs(10), 0));
+			// Groups 0 to 3 of two frames each, finished; group 4 open with one frame so far.
+			for sequence in 0..4 {
+				let mut group = track.create_group(sequence).unwrap();
+				group.write_frame(frame(10 * sequence)).unwrap();
+				group.write_frame(frame(10 * sequence + 1)).unwrap();
+				group.finish().unwrap();
+			}
+			let mut open = track.create_group(4).unwrap();
+			open.write_frame(frame(40)).unwrap();
+			let (peer_end, _relay_end, mut send, mut recv, _session) =
+				hostile_peer_in(version, &relay, Config::default(), true).await;
+			let payload = |n: u64| n.to_le_bytes().to_vec();
+			let write = |message: Message| {
+				let mut out = Vec::new();
+				message.encode_for(version, &mut out).unwrap();
+				out
+			};
+			let mut buf = Vec::new();
+
+			// Standalone: from group 1's second object to group 4, whole: what group 4 holds now.
+			let fetch = Message::Fetch {
+				request_id: 0,
+				subscriber_priority: 0,
+				group_order: 0,
+				kind: FetchKind::Standalone {
+					namespace: Namespace(vec!["live".into()]),
+					name: "video".into(),
+					start: Location { group: 1, object: 1 },
+					end: Location { group: 4, object: 0 },
+				},
+				params: Parameters::default(),
+			};
+			send.write(write(fetch).into()).await.unwrap();
+			let ok = read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::FetchOk { .. })).await;
+			let Message::FetchOk { request_id, end, .. } = ok else {
+				unreachable!()
+			};
+			assert_eq!((request_id, end), (0, Location { group: 4, object: 1 }), "{version:?}");
+			let (id, objects) = read_fetch_stream_or_skip(version, &peer_end).await;
+			assert_eq!(id, Some(0), "the first stream is the FETCH's");
+			let expected: Vec<_> = [(1, 1, 11), (2, 0, 20), (2, 1, 21), (3, 0, 30), (3, 1, 31), (4, 0, 40)]
+				.into_iter()
+				.map(|(g, o, n)| (g, o, payload(n)))
+				.collect();
+			assert_eq!(objects, expected, "{version:?}");
+
+			// Joining: a subscription starts at the latest group (4), whole; two groups before it
+			// come by FETCH.
+			let subscribe = Subscribe {
+				request_id: 2,
+				namespace: Namespace(vec!["live".into()]),
+				name: "video".into(),
+				subscriber_priority: 0,
+				group_order: 0,
+				forward: true,
+				filter: Filter::LargestObject,
+				params: Parameters::default(),
+			};
+			send.write(write(Message::Subscribe(subscribe)).into()).await.unwrap();
+			read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::SubscribeOk(_))).await;
+			let joining = |request_id, subscription| Message::Fetch {
+				request_id,
+				subscriber_priority: 0,
+				group_order: 0,
+				kind: FetchKind::Joining {
+					relative: true,
+					subscription,
+					start: 2,
+				},
+				params: Parameters::default(),
+			};
+			send.write(write(joining(4, 2)).into()).await.unwrap();
+			let ok = read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::FetchOk { .. })).await;
+			let Message::FetchOk { request_id, end, .. } = ok else {
+				unreachable!()
+			};
+			assert_eq!((request_id, end), (4, Location { group: 3, object: 2 }), "{version:?}");
+			// The subscription's own group stream comes too; the FETCH's is the one with its header.
+			let (id, objects) = loop {
+				let (id, objects) = read_fetch_stream_or_skip(version, &peer_end).await;
+				if let Some(id) = id {
+					break (id, objects);
+				}
+			};
+			assert_eq!(id, 4);
+			let groups: Vec<u64> = objects.iter().map(|(group, _, _)| *group).collect();
+			assert_eq!(groups, [2, 2, 3, 3], "{version:?}");
+
+			// A joining FETCH of a subscription that is not there.
+			send.write(write(joining(6, 40)).into()).await.unwrap();
+			let refused = read_until_in(version, &mut recv, &mut buf, |m| {
+				matches!(m, Message::FetchError(_) | Message::SubscribeError(_))
+			})
+			.await;
+			let (Message::FetchError(error) | Message::SubscribeError(error)) = refused else {
+				unreachable!()
+			};
+			let code = match version {
+				Version::Draft14 => 0x7,
+				_ => 0x32,
+			};
+			assert_eq!((error.request_id, error.code), (6, code), "{version:?}");
+			drop(open);
+		});
+	}
+}
+
+/// The next uni stream: a FETCH's (its request id and objects), or another's (`None`, read to
+/// its end and skipped).
+async fn read_fetch_stream_or_skip(version: Version, peer: &Memory) -> (Option<u64>, Vec<(u64, u64, Vec<u8>)>) {
+	use moq_net::coding::decode_varint;
+	use moq_net::ietf::data::{FETCH_HEADER, FetchObject};
+	use moq_net::transport::RecvStreamExt;
+	let mut stream = peer.accept_uni().await.unwrap();
+	let mut bytes = Vec::new();
+	// A subgroup stream of the open group does not end: its first chunk tells it apart.
+	let first = stream.read().await.unwrap().unwrap_or_default();
+	bytes.extend_from_slice(&first);
+	if bytes.first() != Some(&(FETCH_HEADER as u8)) {
+		return (None, Vec::new());
+	}
+	while let Some(chunk) = stream.read().await.unwrap() {
+		bytes.extend_from_slice(&chunk);
+	}
+	let mut buf = &bytes[..];
+	decode_varint(&mut buf).unwrap();
+	let request_id = decode_varint(&mut buf).unwrap();
+	let mut objects = Vec::new();
+	let mut previous: Option<FetchObject> = None;
+	while !buf.is_empty() {
+		let object = FetchObject::decode_for(&mut buf, version, previous.as_ref())
+			.unwrap()
+			.unwrap();
+		let (payload, rest) = buf.split_at(object.length as usize);
+		objects.push((object.group, object.object, payload.to_vec()));
+		buf = rest;
+		previous = Some(object);
+	}
+	(Some(request_id), objects)
+}

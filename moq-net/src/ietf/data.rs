@@ -156,16 +156,7 @@ impl ObjectHeader {
 			)?)),
 			false => None,
 		};
-		let length = decode_varint(buf)?;
-		let status = match length {
-			0 => match decode_varint(buf)? {
-				status @ (status::NORMAL | status::DOES_NOT_EXIST | status::END_OF_GROUP | status::END_OF_TRACK) => {
-					status
-				}
-				_ => return Err(DecodeError::InvalidValue("object status")),
-			},
-			_ => status::NORMAL,
-		};
+		let (length, status) = length_and_status(buf, true)?;
 		Ok(Self {
 			id_delta,
 			extensions,
@@ -186,6 +177,180 @@ impl ObjectHeader {
 		}
 		Ok(())
 	}
+}
+
+/// A FETCH's stream opens with this type, then the FETCH's request id.
+pub const FETCH_HEADER: u64 = 0x05;
+
+/// What precedes an object's payload on a FETCH's stream: where it is in the track, whole.
+///
+/// draft-14 writes every field; draft-15 and 16 start with serialization flags saying which
+/// fields are there and which are the previous object's. We write every field (flags
+/// [`FetchObject::EXPLICIT`]: group, object and priority present, subgroup 0, so no object
+/// refers to the one before) and read any: [`FetchObject::decode_for`] takes the previous one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchObject {
+	/// The group.
+	pub group: u64,
+	/// The subgroup.
+	pub subgroup: u64,
+	/// The object's id.
+	pub object: u64,
+	/// 0 is first.
+	pub publisher_priority: u8,
+	/// Its extension headers' bytes (draft-14: always a block, maybe empty).
+	pub extensions: Option<Bytes>,
+	/// The payload's length.
+	pub length: u64,
+	/// Its status (drafts 14 and 15, for an empty payload; draft-16 has none here).
+	pub status: u64,
+}
+
+impl FetchObject {
+	/// draft-15 on: group, object and priority present; subgroup 0; no extensions.
+	pub const EXPLICIT: u64 = 0x1c;
+
+	/// Reads one as `version` has it, `previous` being the object before it on the stream.
+	/// `None` for draft-16's end-of-range markers (which carry a location and no object).
+	pub fn decode_for(buf: &mut &[u8], version: Version, previous: Option<&Self>) -> Result<Option<Self>, DecodeError> {
+		if version == Version::Draft14 {
+			let group = decode_varint(buf)?;
+			let subgroup = decode_varint(buf)?;
+			let object = decode_varint(buf)?;
+			let (&publisher_priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
+			*buf = rest;
+			let extensions = Some(Bytes::copy_from_slice(crate::coding::decode_bytes(
+				buf,
+				MAX_EXTENSIONS,
+			)?));
+			let (length, status) = length_and_status(buf, true)?;
+			return Ok(Some(Self {
+				group,
+				subgroup,
+				object,
+				publisher_priority,
+				extensions,
+				length,
+				status,
+			}));
+		}
+		let flags = match version {
+			Version::Draft15 => {
+				let (&flags, rest) = buf.split_first().ok_or(DecodeError::Short)?;
+				*buf = rest;
+				if flags & 0xc0 != 0 {
+					return Err(DecodeError::InvalidValue("fetch object flags"));
+				}
+				u64::from(flags)
+			}
+			_ => decode_varint(buf)?,
+		};
+		if flags == 0x8c || flags == 0x10c {
+			// The end of a range of objects that do not exist, or whose status is unknown.
+			decode_varint(buf)?;
+			decode_varint(buf)?;
+			return Ok(None);
+		}
+		if flags >= 0x80 {
+			return Err(DecodeError::InvalidValue("fetch object flags"));
+		}
+		let before = |field: &'static str| previous.ok_or(DecodeError::InvalidValue(field));
+		let group = match flags & 0x08 {
+			0 => before("a first object's group")?.group,
+			_ => decode_varint(buf)?,
+		};
+		let subgroup = match flags & 0x03 {
+			0 => 0,
+			1 => before("a first object's subgroup")?.subgroup,
+			2 => before("a first object's subgroup")?
+				.subgroup
+				.checked_add(1)
+				.ok_or(DecodeError::InvalidValue("subgroup"))?,
+			_ => decode_varint(buf)?,
+		};
+		let object = match flags & 0x04 {
+			0 => before("a first object's id")?
+				.object
+				.checked_add(1)
+				.ok_or(DecodeError::InvalidValue("object id"))?,
+			_ => decode_varint(buf)?,
+		};
+		let publisher_priority = match flags & 0x10 {
+			0 => before("a first object's priority")?.publisher_priority,
+			_ => {
+				let (&priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
+				*buf = rest;
+				priority
+			}
+		};
+		let extensions = match flags & 0x20 {
+			0 => None,
+			_ => Some(Bytes::copy_from_slice(crate::coding::decode_bytes(
+				buf,
+				MAX_EXTENSIONS,
+			)?)),
+		};
+		let (length, status) = length_and_status(buf, version == Version::Draft15)?;
+		Ok(Some(Self {
+			group,
+			subgroup,
+			object,
+			publisher_priority,
+			extensions,
+			length,
+			status,
+		}))
+	}
+
+	/// Writes it as `version` has it, every field present.
+	pub fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+		if version == Version::Draft14 {
+			encode_varint(self.group, out)?;
+			encode_varint(self.subgroup, out)?;
+			encode_varint(self.object, out)?;
+			out.push(self.publisher_priority);
+			let extensions = self.extensions.as_deref().unwrap_or_default();
+			crate::coding::encode_bytes(extensions, MAX_EXTENSIONS, out)?;
+		} else {
+			let subgroup = match self.subgroup {
+				0 => 0,
+				_ => 0x3,
+			};
+			let extensions = u64::from(self.extensions.is_some()) << 5;
+			let flags = 0x1c | subgroup | extensions;
+			match version {
+				Version::Draft15 => out.push(flags as u8),
+				_ => encode_varint(flags, out)?,
+			}
+			encode_varint(self.group, out)?;
+			if subgroup != 0 {
+				encode_varint(self.subgroup, out)?;
+			}
+			encode_varint(self.object, out)?;
+			out.push(self.publisher_priority);
+			if let Some(extensions) = &self.extensions {
+				crate::coding::encode_bytes(extensions, MAX_EXTENSIONS, out)?;
+			}
+		}
+		encode_varint(self.length, out)?;
+		if self.length == 0 && version <= Version::Draft15 {
+			encode_varint(self.status, out)?;
+		}
+		Ok(())
+	}
+}
+
+/// An object's payload length, and its status when the payload is empty and the draft has one.
+fn length_and_status(buf: &mut &[u8], has_status: bool) -> Result<(u64, u64), DecodeError> {
+	let length = decode_varint(buf)?;
+	let status = match (length, has_status) {
+		(0, true) => match decode_varint(buf)? {
+			status @ (status::NORMAL | status::DOES_NOT_EXIST | status::END_OF_GROUP | status::END_OF_TRACK) => status,
+			_ => return Err(DecodeError::InvalidValue("object status")),
+		},
+		_ => status::NORMAL,
+	};
+	Ok((length, status))
 }
 
 #[cfg(test)]
@@ -269,5 +434,55 @@ mod tests {
 			ObjectHeader::decode(&mut &hex("00 00 02")[..], false).is_err(),
 			"status 2"
 		);
+	}
+
+	#[test]
+	fn fetch_objects_in_each_draft() {
+		let object = |id: u64, length: u64| FetchObject {
+			group: 1,
+			subgroup: 0,
+			object: id,
+			publisher_priority: 128,
+			extensions: None,
+			length,
+			status: status::NORMAL,
+		};
+		// draft-14: every field, an extensions block always (empty here), a status after an
+		// empty payload; 15: flags 0x1C (group, object, priority present; subgroup 0) as a byte;
+		// 16: the flags a varint, no status.
+		for (version, wire, empty) in [
+			(Version::Draft14, "01 00 02 80 00 02", "01 00 03 80 00 00 00"),
+			(Version::Draft15, "1c 01 02 80 02", "1c 01 03 80 00 00"),
+			(Version::Draft16, "1c 01 02 80 02", "1c 01 03 80 00"),
+		] {
+			for (object, wire) in [(object(2, 2), wire), (object(3, 0), empty)] {
+				let mut out = Vec::new();
+				object.emit_for(version, &mut out).unwrap();
+				assert_eq!(out, hex(wire), "{version:?} writes {object:?}");
+				let mut buf = &out[..];
+				let mut read = FetchObject::decode_for(&mut buf, version, None).unwrap().unwrap();
+				if version == Version::Draft14 {
+					// draft-14's block is always there.
+					assert_eq!(read.extensions.take().as_deref(), Some(&[][..]));
+				}
+				assert_eq!((read, buf.len()), (object, 0), "{version:?} reads {wire}");
+			}
+		}
+		// Flags 0x00 after an object: its group and priority, the next id, subgroup 0.
+		let first = object(2, 2);
+		let next = FetchObject::decode_for(&mut &hex("00 01")[..], Version::Draft16, Some(&first))
+			.unwrap()
+			.unwrap();
+		assert_eq!(next, object(3, 1));
+		// ...which a first object may not use; draft-16's end of a non-existent range (0x8C, two
+		// bytes as a varint) carries a location and no object; 0x80 is no flag in 16, nor 0x40 in
+		// 15.
+		assert!(FetchObject::decode_for(&mut &hex("00 01")[..], Version::Draft16, None).is_err());
+		assert_eq!(
+			FetchObject::decode_for(&mut &hex("40 8c 03 00")[..], Version::Draft16, None),
+			Ok(None)
+		);
+		assert!(FetchObject::decode_for(&mut &hex("40 80 01 02 80 00")[..], Version::Draft16, None).is_err());
+		assert!(FetchObject::decode_for(&mut &hex("5c 01 02 80 00 00")[..], Version::Draft15, None).is_err());
 	}
 }

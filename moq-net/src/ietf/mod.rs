@@ -134,8 +134,14 @@ pub mod request_code {
 	pub const DOES_NOT_EXIST: u64 = 0x4;
 	/// INVALID_RANGE.
 	pub const INVALID_RANGE: u64 = 0x5;
+	/// draft-14's NO_OBJECTS (FETCH).
+	pub const NO_OBJECTS: u64 = 0x6;
+	/// draft-14's INVALID_JOINING_REQUEST_ID (FETCH).
+	pub const INVALID_JOINING_REQUEST_ID: u64 = 0x7;
 	/// draft-15's DOES_NOT_EXIST.
 	pub const DOES_NOT_EXIST_15: u64 = 0x10;
+	/// draft-15's INVALID_JOINING_REQUEST_ID.
+	pub const INVALID_JOINING_REQUEST_ID_15: u64 = 0x32;
 }
 
 /// PUBLISH_DONE's status codes.

@@ -37,10 +37,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use kio::JoinHandle;
 use kio::sync::{Budget, Charge, Queue};
 
-use super::data::{ObjectHeader, SubgroupHeader, SubgroupId, status};
-use super::message::{Filter, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk, subscribe_options};
+use super::data::{FETCH_HEADER, FetchObject, ObjectHeader, SubgroupHeader, SubgroupId, status};
+use super::message::{
+	FetchKind, Filter, Location, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk,
+	subscribe_options,
+};
 use super::{DRAFT_14, Version, code, done_code, request_code};
-use crate::coding::{DecodeError, Encode};
+use crate::coding::{DecodeError, Encode, encode_varint};
 use crate::lite::session::Config;
 use crate::lite::session::TRACK_IDLE_LINGER;
 use crate::model::{
@@ -361,6 +364,15 @@ struct Mirrored {
 	_tracks: Task,
 }
 
+/// A subscription of the peer's being served: what a joining FETCH of it needs.
+struct Serving {
+	_task: Task,
+	namespace: Namespace,
+	name: String,
+	/// The first group it sends (whole): a joining FETCH ends before it.
+	start: u64,
+}
+
 /// A task aborted when dropped.
 struct Task(JoinHandle<()>);
 
@@ -383,7 +395,9 @@ struct Inner<T: Transport> {
 	expected: Cell<u64>,
 	granted: Cell<u64>,
 	/// The peer's SUBSCRIBEs, by request id.
-	subscriptions: RefCell<HashMap<u64, Task>>,
+	subscriptions: RefCell<HashMap<u64, Serving>>,
+	/// The peer's FETCHes being sent, by request id.
+	fetches: RefCell<HashMap<u64, Task>>,
 	/// The peer's SUBSCRIBE_NAMESPACEs, by prefix, with their request ids.
 	announcers: RefCell<HashMap<Namespace, (u64, Task)>>,
 	/// The namespaces we announced to the peer (PUBLISH_NAMESPACE), with how many prefixes of
@@ -455,6 +469,7 @@ impl<T: Transport + 'static> Inner<T> {
 	/// and published namespaces.
 	fn live_requests(&self) -> usize {
 		self.subscriptions.borrow().len()
+			+ self.fetches.borrow().len()
 			+ self.announcers.borrow().len()
 			+ self.namespace_streams.get()
 			+ self.mirrored.borrow().len()
@@ -553,12 +568,13 @@ impl<T: Transport + 'static> Drop for Session<T> {
 		self.inner.out.close();
 		self.inner.close(code::NO_ERROR);
 		let subscriptions = std::mem::take(&mut *self.inner.subscriptions.borrow_mut());
+		let fetches = std::mem::take(&mut *self.inner.fetches.borrow_mut());
 		let announcers = std::mem::take(&mut *self.inner.announcers.borrow_mut());
 		let mirrored = std::mem::take(&mut *self.inner.mirrored.borrow_mut());
 		let pending = std::mem::take(&mut *self.inner.pending.borrow_mut());
 		let upstream = std::mem::take(&mut *self.inner.upstream.borrow_mut());
 		let closing = std::mem::take(&mut *self.inner.closing.borrow_mut());
-		drop((subscriptions, announcers, pending, upstream, closing));
+		drop((subscriptions, fetches, announcers, pending, upstream, closing));
 		// The peer's namespaces end as a dropped publisher's.
 		for (_, mirrored) in mirrored {
 			mirrored.broadcast.abort(model::Error::Dropped);
@@ -596,6 +612,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		expected: Cell::new(theirs),
 		granted: Cell::new(granted),
 		subscriptions: RefCell::default(),
+		fetches: RefCell::default(),
 		announcers: RefCell::default(),
 		announced: RefCell::default(),
 		pending: RefCell::default(),
@@ -798,9 +815,14 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 			// did not announce changes nothing.
 			inner.announced.borrow_mut().remove(&namespace);
 		}
-		Message::Fetch { request_id, .. } => {
+		Message::Fetch {
+			request_id,
+			subscriber_priority,
+			kind,
+			..
+		} => {
 			inner.take_request_id(request_id)?;
-			refuse(inner, Message::FetchError, request_id).await;
+			serve_fetch(inner, request_id, subscriber_priority, kind).await;
 		}
 		Message::TrackStatus(status) => {
 			inner.take_request_id(status.request_id)?;
@@ -817,7 +839,10 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 		| Message::TrackStatusError(_)
 		| Message::PublishOk { .. }
 		| Message::PublishError(_) => return Err(violation("a reply to nothing we asked")),
-		Message::FetchCancel(_) => {}
+		Message::FetchCancel(request_id) => {
+			// Its stream is reset as its task ends.
+			inner.fetches.borrow_mut().remove(&request_id);
+		}
 	}
 	inner.regrant().await;
 	Ok(())
@@ -1087,7 +1112,199 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 		subscribe.subscriber_priority,
 		cursor,
 	)));
-	inner.subscriptions.borrow_mut().insert(request_id, task);
+	let serving = Serving {
+		_task: task,
+		namespace: subscribe.namespace,
+		name: subscribe.name,
+		start,
+	};
+	inner.subscriptions.borrow_mut().insert(request_id, serving);
+}
+
+/// Answers a FETCH from the track's cache: FETCH_OK, then one stream of the cached objects in
+/// its range, oldest group first, each with its location (FETCH_ERROR, or REQUEST_ERROR, if the
+/// track or the joined subscription is unknown, or, in draft-14, if nothing is in range).
+///
+/// A standalone FETCH names its range; a joining one ends where its subscription's first group
+/// begins (we serve a subscription from the start of the latest group) and starts `start`
+/// groups before it (relative) or at group `start` (absolute). What the cache no longer holds is
+/// left out, and of a group still being written, what it holds now: a FETCH never waits for
+/// objects. It holds what it sends only as references into the cache.
+async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u64, priority: u8, kind: FetchKind) {
+	let version = inner.version;
+	let refuse = |code, reason: &str| {
+		let error = RequestError {
+			request_id,
+			code,
+			retry_interval: 0,
+			reason: reason.into(),
+		};
+		error_message(version, Message::FetchError, error)
+	};
+	let Some(origin) = &inner.publish else {
+		inner
+			.send(refuse(does_not_exist(version), "nothing published here"))
+			.await;
+		return;
+	};
+	if inner.fetches.borrow().len() >= inner.config.limits.subscriptions {
+		inner
+			.send(refuse(request_code::INTERNAL_ERROR, "too many fetches"))
+			.await;
+		return;
+	}
+	// The track, the first location, and the last group with the object after its last (0: the
+	// whole group).
+	let (namespace, name, start, end) = match kind {
+		FetchKind::Standalone {
+			namespace,
+			name,
+			start,
+			end,
+		} => (namespace, name, start, end),
+		FetchKind::Joining {
+			relative,
+			subscription,
+			start,
+		} => {
+			let joined = inner
+				.subscriptions
+				.borrow()
+				.get(&subscription)
+				.map(|serving| (serving.namespace.clone(), serving.name.clone(), serving.start));
+			let Some((namespace, name, first)) = joined else {
+				let code = match version {
+					Version::Draft14 => request_code::INVALID_JOINING_REQUEST_ID,
+					_ => request_code::INVALID_JOINING_REQUEST_ID_15,
+				};
+				inner.send(refuse(code, "no such subscription")).await;
+				return;
+			};
+			let from = match relative {
+				true => first.saturating_sub(start),
+				false => start,
+			};
+			let start = Location { group: from, object: 0 };
+			// Up to the subscription's first group, whole; nothing if that is where it starts.
+			let Some(last) = first.checked_sub(1).filter(|last| *last >= from) else {
+				if version == Version::Draft14 {
+					inner
+						.send(refuse(request_code::NO_OBJECTS, "nothing before the subscription"))
+						.await;
+				} else {
+					send_fetch(inner, request_id, priority, start, Vec::new()).await;
+				}
+				return;
+			};
+			(namespace, name, start, Location { group: last, object: 0 })
+		}
+	};
+	let path = Path::new(&namespace.to_path());
+	let Ok(track) = origin.broadcast(&path).and_then(|broadcast| broadcast.track(&name)) else {
+		inner.send(refuse(does_not_exist(version), "no such track")).await;
+		return;
+	};
+	let mut objects = Vec::new();
+	for sequence in track.cached_sequences() {
+		if sequence < start.group || sequence > end.group {
+			continue;
+		}
+		let Some(mut group) = track.get_group(sequence) else {
+			continue;
+		};
+		let mut object = 0u64;
+		// What the group holds now, without waiting for more.
+		while let kio::Either::Left(Ok(Some(frame))) = kio::race(group.read_frame(), std::future::ready(())).await {
+			if sequence == end.group && end.object != 0 && object >= end.object {
+				break;
+			}
+			if sequence > start.group || object >= start.object {
+				objects.push((sequence, object, frame.payload));
+			}
+			object += 1;
+		}
+	}
+	if objects.is_empty() && version == Version::Draft14 {
+		inner
+			.send(refuse(request_code::NO_OBJECTS, "nothing cached in range"))
+			.await;
+		return;
+	}
+	send_fetch(inner, request_id, priority, start, objects).await;
+}
+
+/// FETCH_OK (its end: the object after the last sent, or `start` if none is), then the FETCH's
+/// stream of `objects` (group, object id, payload).
+async fn send_fetch<T: Transport + 'static>(
+	inner: &Rc<Inner<T>>,
+	request_id: u64,
+	priority: u8,
+	start: Location,
+	objects: Vec<(u64, u64, Bytes)>,
+) {
+	let end = objects.last().map_or(start, |&(group, object, _)| Location {
+		group,
+		object: object + 1,
+	});
+	let ok = Message::FetchOk {
+		request_id,
+		group_order: 1,
+		end_of_track: false,
+		end,
+		params: Parameters::default(),
+	};
+	inner.send(ok).await;
+	let task = Task(kio::spawn(write_fetch(inner.clone(), request_id, priority, objects)));
+	inner.fetches.borrow_mut().insert(request_id, task);
+}
+
+/// Writes a FETCH's stream: its header, then each object's location and payload; FIN at the end
+/// (reset if a write fails).
+async fn write_fetch<T: Transport + 'static>(
+	inner: Rc<Inner<T>>,
+	request_id: u64,
+	priority: u8,
+	objects: Vec<(u64, u64, Bytes)>,
+) {
+	let version = inner.version;
+	if let Ok(mut send) = inner.transport.open_uni().await {
+		// Below the subscriptions' streams of the same priority: a FETCH fills in the past.
+		send.set_priority(crate::lite::session::stream_priority(255 - priority, false, 0, 0) - 1);
+		let mut out = Vec::new();
+		let mut written = encode_varint(FETCH_HEADER, &mut out).and_then(|()| encode_varint(request_id, &mut out));
+		for (group, object, mut payload) in objects {
+			let header = FetchObject {
+				group,
+				subgroup: 0,
+				object,
+				publisher_priority: 128,
+				extensions: None,
+				length: payload.len() as u64,
+				status: status::NORMAL,
+			};
+			written = written.and_then(|()| header.emit_for(version, &mut out));
+			if written.is_err() {
+				break;
+			}
+			let mut head = Bytes::from(std::mem::take(&mut out));
+			if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
+				|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
+			{
+				written = Err(crate::coding::EncodeError::BoundsExceeded);
+				break;
+			}
+		}
+		match written {
+			Ok(()) => {
+				let mut head = Bytes::from(out);
+				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_ok() {
+					let _ = send.finish();
+				}
+			}
+			Err(_) => send.reset(0),
+		}
+	}
+	inner.fetches.borrow_mut().remove(&request_id);
 }
 
 /// Sends a subscription's groups, each on a stream of its own, newer ones first, at most the
