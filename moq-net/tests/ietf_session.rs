@@ -707,8 +707,37 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 			let groups: Vec<u64> = objects.iter().map(|(group, _, _)| *group).collect();
 			assert_eq!(groups, [2, 2, 3, 3], "{version:?}");
 
+			// A FETCH of every group there could be is a FETCH of the cache.
+			let everything = Message::Fetch {
+				request_id: 6,
+				subscriber_priority: 0,
+				group_order: 0,
+				kind: FetchKind::Standalone {
+					namespace: Namespace(vec!["live".into()]),
+					name: "video".into(),
+					start: Location { group: 0, object: 0 },
+					end: Location {
+						group: (1 << 62) - 1,
+						object: 0,
+					},
+				},
+				params: Parameters::default(),
+			};
+			send.write(write(everything).into()).await.unwrap();
+			let ok = read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::FetchOk { .. })).await;
+			let Message::FetchOk { end, .. } = ok else {
+				unreachable!()
+			};
+			assert_eq!(end, Location { group: 4, object: 1 }, "{version:?}");
+			let (id, objects) = loop {
+				if let (Some(id), objects) = read_fetch_stream_or_skip(version, &peer_end).await {
+					break (id, objects);
+				}
+			};
+			assert_eq!((id, objects.len()), (6, 9), "{version:?}");
+
 			// A joining FETCH of a subscription that is not there.
-			send.write(write(joining(6, 40)).into()).await.unwrap();
+			send.write(write(joining(8, 40)).into()).await.unwrap();
 			let refused = read_until_in(version, &mut recv, &mut buf, |m| {
 				matches!(m, Message::FetchError(_) | Message::SubscribeError(_))
 			})
@@ -720,7 +749,7 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 				Version::Draft14 => 0x7,
 				_ => 0x32,
 			};
-			assert_eq!((error.request_id, error.code), (6, code), "{version:?}");
+			assert_eq!((error.request_id, error.code), (8, code), "{version:?}");
 			drop(open);
 		});
 	}

@@ -1129,7 +1129,9 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 /// begins (we serve a subscription from the start of the latest group) and starts `start`
 /// groups before it (relative) or at group `start` (absolute). What the cache no longer holds is
 /// left out, and of a group still being written, what it holds now: a FETCH never waits for
-/// objects. It holds what it sends only as references into the cache.
+/// objects. While its stream is written it holds one group at a time, taken from the cache as
+/// it comes to it (one evicted meanwhile is left out): a peer that never reads a FETCH's stream
+/// pins one group, as a stalled subscription stream does, not the cache as it was.
 async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u64, priority: u8, kind: FetchKind) {
 	let version = inner.version;
 	let refuse = |code, reason: &str| {
@@ -1154,14 +1156,14 @@ async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u
 		return;
 	}
 	// The track, the first location, and the last group with the object after its last (0: the
-	// whole group).
+	// whole group); none for a joining FETCH of nothing.
 	let (namespace, name, start, end) = match kind {
 		FetchKind::Standalone {
 			namespace,
 			name,
 			start,
 			end,
-		} => (namespace, name, start, end),
+		} => (namespace, name, start, Some(end)),
 		FetchKind::Joining {
 			relative,
 			subscription,
@@ -1184,19 +1186,10 @@ async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u
 				true => first.saturating_sub(start),
 				false => start,
 			};
-			let start = Location { group: from, object: 0 };
 			// Up to the subscription's first group, whole; nothing if that is where it starts.
-			let Some(last) = first.checked_sub(1).filter(|last| *last >= from) else {
-				if version == Version::Draft14 {
-					inner
-						.send(refuse(request_code::NO_OBJECTS, "nothing before the subscription"))
-						.await;
-				} else {
-					send_fetch(inner, request_id, priority, start, Vec::new()).await;
-				}
-				return;
-			};
-			(namespace, name, start, Location { group: last, object: 0 })
+			let last = first.checked_sub(1).filter(|last| *last >= from);
+			let end = last.map(|group| Location { group, object: 0 });
+			(namespace, name, Location { group: from, object: 0 }, end)
 		}
 	};
 	let path = Path::new(&namespace.to_path());
@@ -1204,47 +1197,39 @@ async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u
 		inner.send(refuse(does_not_exist(version), "no such track")).await;
 		return;
 	};
-	let mut objects = Vec::new();
+	// Each cached group in range: its objects from `from` to before `until`, as many as it
+	// holds now.
+	let mut ranges = Vec::new();
 	for sequence in track.cached_sequences() {
-		if sequence < start.group || sequence > end.group {
+		let Some(end) = end.filter(|end| (start.group..=end.group).contains(&sequence)) else {
 			continue;
-		}
+		};
 		let Some(mut group) = track.get_group(sequence) else {
 			continue;
 		};
-		let mut object = 0u64;
-		// What the group holds now, without waiting for more.
-		while let kio::Either::Left(Ok(Some(frame))) = kio::race(group.read_frame(), std::future::ready(())).await {
-			if sequence == end.group && end.object != 0 && object >= end.object {
-				break;
-			}
-			if sequence > start.group || object >= start.object {
-				objects.push((sequence, object, frame.payload));
-			}
-			object += 1;
+		let mut held = 0u64;
+		while let kio::Either::Left(Ok(Some(_))) = kio::race(group.read_frame(), std::future::ready(())).await {
+			held += 1;
+		}
+		let from = if sequence == start.group { start.object } else { 0 };
+		let until = match end.object {
+			object if object != 0 && sequence == end.group => held.min(object),
+			_ => held,
+		};
+		if from < until {
+			ranges.push(FetchRange { sequence, from, until });
 		}
 	}
-	if objects.is_empty() && version == Version::Draft14 {
+	if ranges.is_empty() && version == Version::Draft14 {
 		inner
 			.send(refuse(request_code::NO_OBJECTS, "nothing cached in range"))
 			.await;
 		return;
 	}
-	send_fetch(inner, request_id, priority, start, objects).await;
-}
-
-/// FETCH_OK (its end: the object after the last sent, or `start` if none is), then the FETCH's
-/// stream of `objects` (group, object id, payload).
-async fn send_fetch<T: Transport + 'static>(
-	inner: &Rc<Inner<T>>,
-	request_id: u64,
-	priority: u8,
-	start: Location,
-	objects: Vec<(u64, u64, Bytes)>,
-) {
-	let end = objects.last().map_or(start, |&(group, object, _)| Location {
-		group,
-		object: object + 1,
+	// The object after the last sent, or the start if none is.
+	let end = ranges.last().map_or(start, |range| Location {
+		group: range.sequence,
+		object: range.until,
 	});
 	let ok = Message::FetchOk {
 		request_id,
@@ -1254,8 +1239,21 @@ async fn send_fetch<T: Transport + 'static>(
 		params: Parameters::default(),
 	};
 	inner.send(ok).await;
-	let task = Task(kio::spawn(write_fetch(inner.clone(), request_id, priority, objects)));
+	let task = Task(kio::spawn(write_fetch(
+		inner.clone(),
+		request_id,
+		priority,
+		track,
+		ranges,
+	)));
 	inner.fetches.borrow_mut().insert(request_id, task);
+}
+
+/// A group's objects a FETCH sends: from `from` to before `until`.
+struct FetchRange {
+	sequence: u64,
+	from: u64,
+	until: u64,
 }
 
 /// Writes a FETCH's stream: its header, then each object's location and payload; FIN at the end
@@ -1264,7 +1262,8 @@ async fn write_fetch<T: Transport + 'static>(
 	inner: Rc<Inner<T>>,
 	request_id: u64,
 	priority: u8,
-	objects: Vec<(u64, u64, Bytes)>,
+	track: TrackConsumer,
+	ranges: Vec<FetchRange>,
 ) {
 	let version = inner.version;
 	if let Ok(mut send) = inner.transport.open_uni().await {
@@ -1272,26 +1271,39 @@ async fn write_fetch<T: Transport + 'static>(
 		send.set_priority(crate::lite::session::stream_priority(255 - priority, false, 0, 0) - 1);
 		let mut out = Vec::new();
 		let mut written = encode_varint(FETCH_HEADER, &mut out).and_then(|()| encode_varint(request_id, &mut out));
-		for (group, object, mut payload) in objects {
-			let header = FetchObject {
-				group,
-				subgroup: 0,
-				object,
-				publisher_priority: 128,
-				extensions: None,
-				length: payload.len() as u64,
-				status: status::NORMAL,
+		'ranges: for range in ranges {
+			// Evicted since the FETCH was answered: left out.
+			let Some(mut group) = track.get_group(range.sequence) else {
+				continue;
 			};
-			written = written.and_then(|()| header.emit_for(version, &mut out));
-			if written.is_err() {
-				break;
-			}
-			let mut head = Bytes::from(std::mem::take(&mut out));
-			if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
-				|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
-			{
-				written = Err(crate::coding::EncodeError::BoundsExceeded);
-				break;
+			for object in 0..range.until {
+				let Ok(Some(frame)) = group.read_frame().await else {
+					continue 'ranges;
+				};
+				if object < range.from {
+					continue;
+				}
+				let mut payload = frame.payload;
+				let header = FetchObject {
+					group: range.sequence,
+					subgroup: 0,
+					object,
+					publisher_priority: 128,
+					extensions: None,
+					length: payload.len() as u64,
+					status: status::NORMAL,
+				};
+				written = written.and_then(|()| header.emit_for(version, &mut out));
+				if written.is_err() {
+					break 'ranges;
+				}
+				let mut head = Bytes::from(std::mem::take(&mut out));
+				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
+					|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
+				{
+					written = Err(crate::coding::EncodeError::BoundsExceeded);
+					break 'ranges;
+				}
 			}
 		}
 		match written {
