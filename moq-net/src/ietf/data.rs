@@ -262,17 +262,11 @@ impl FetchObject {
 		let subgroup = match flags & 0x03 {
 			0 => 0,
 			1 => before("a first object's subgroup")?.subgroup,
-			2 => before("a first object's subgroup")?
-				.subgroup
-				.checked_add(1)
-				.ok_or(DecodeError::InvalidValue("subgroup"))?,
+			2 => after(before("a first object's subgroup")?.subgroup, "subgroup")?,
 			_ => decode_varint(buf)?,
 		};
 		let object = match flags & 0x04 {
-			0 => before("a first object's id")?
-				.object
-				.checked_add(1)
-				.ok_or(DecodeError::InvalidValue("object id"))?,
+			0 => after(before("a first object's id")?.object, "object id")?,
 			_ => decode_varint(buf)?,
 		};
 		let publisher_priority = match flags & 0x10 {
@@ -338,6 +332,13 @@ impl FetchObject {
 		}
 		Ok(())
 	}
+}
+
+/// The id after `id`: an error past what a varint carries (so what is read can be written).
+fn after(id: u64, field: &'static str) -> Result<u64, DecodeError> {
+	Some(id + 1)
+		.filter(|next| *next <= crate::coding::VARINT_MAX)
+		.ok_or(DecodeError::InvalidValue(field))
 }
 
 /// An object's payload length, and its status when the payload is empty and the draft has one.
@@ -484,5 +485,12 @@ mod tests {
 		);
 		assert!(FetchObject::decode_for(&mut &hex("40 80 01 02 80 00")[..], Version::Draft16, None).is_err());
 		assert!(FetchObject::decode_for(&mut &hex("5c 01 02 80 00 00")[..], Version::Draft15, None).is_err());
+		// Found by the fuzzer: the id after the largest a varint carries was read, and could not
+		// be written back.
+		let largest = FetchObject {
+			object: crate::coding::VARINT_MAX,
+			..object(0, 0)
+		};
+		assert!(FetchObject::decode_for(&mut &hex("00 01")[..], Version::Draft16, Some(&largest)).is_err());
 	}
 }
