@@ -610,7 +610,7 @@ fn a_namespace_subscription_of_a_prefix_hears_whole_namespaces() {
 }
 
 #[test]
-fn fetches_are_served_from_the_cache_standalone_and_joining() {
+fn fetches_and_track_status_are_served_from_the_cache() {
 	use moq_net::ietf::message::{FetchKind, Filter, Location, Namespace, Subscribe};
 	use moq_net::test_support::frame;
 
@@ -667,8 +667,8 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 
 			// Joining: a subscription starts at the latest group (4), whole; two groups before it
 			// come by FETCH.
-			let subscribe = Subscribe {
-				request_id: 2,
+			let subscribe_of = |request_id| Subscribe {
+				request_id,
 				namespace: Namespace(vec!["live".into()]),
 				name: "video".into(),
 				subscriber_priority: 0,
@@ -677,7 +677,9 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 				filter: Filter::LargestObject,
 				params: Parameters::default(),
 			};
-			send.write(write(Message::Subscribe(subscribe)).into()).await.unwrap();
+			send.write(write(Message::Subscribe(subscribe_of(2))).into())
+				.await
+				.unwrap();
 			read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::SubscribeOk(_))).await;
 			let joining = |request_id, subscription| Message::Fetch {
 				request_id,
@@ -736,8 +738,40 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 			};
 			assert_eq!((id, objects.len()), (6, 9), "{version:?}");
 
+			// TRACK_STATUS: the largest location cached, nothing subscribed; an unknown track is
+			// refused.
+			let status = |request_id, name: &str| {
+				Message::TrackStatus(Subscribe {
+					request_id,
+					name: name.into(),
+					..subscribe_of(request_id)
+				})
+			};
+			send.write(write(status(8, "video")).into()).await.unwrap();
+			let answer = read_until_in(version, &mut recv, &mut buf, |m| {
+				matches!(m, Message::TrackStatusOk(_) | Message::RequestOk { request_id: 8, .. })
+			})
+			.await;
+			let largest = match answer {
+				Message::TrackStatusOk(ok) => ok.largest,
+				Message::RequestOk { params, .. } => params
+					.bytes(0x09)
+					.map(|bytes| <Location as moq_net::coding::Decode>::decode(&mut &bytes[..]).unwrap()),
+				_ => unreachable!(),
+			};
+			assert_eq!(largest, Some(Location { group: 4, object: 0 }), "{version:?}");
+			send.write(write(status(10, "audio")).into()).await.unwrap();
+			let refused = read_until_in(version, &mut recv, &mut buf, |m| {
+				matches!(m, Message::TrackStatusError(_) | Message::SubscribeError(_))
+			})
+			.await;
+			let (Message::TrackStatusError(error) | Message::SubscribeError(error)) = refused else {
+				unreachable!()
+			};
+			assert_eq!(error.request_id, 10, "{version:?}");
+
 			// A joining FETCH of a subscription that is not there.
-			send.write(write(joining(8, 40)).into()).await.unwrap();
+			send.write(write(joining(12, 40)).into()).await.unwrap();
 			let refused = read_until_in(version, &mut recv, &mut buf, |m| {
 				matches!(m, Message::FetchError(_) | Message::SubscribeError(_))
 			})
@@ -749,7 +783,7 @@ fn fetches_are_served_from_the_cache_standalone_and_joining() {
 				Version::Draft14 => 0x7,
 				_ => 0x32,
 			};
-			assert_eq!((error.request_id, error.code), (8, code), "{version:?}");
+			assert_eq!((error.request_id, error.code), (12, code), "{version:?}");
 			drop(open);
 		});
 	}

@@ -1,4 +1,4 @@
-//! An IETF session (draft-14 or draft-15: [`Version`]) over a [`Transport`], serving and
+//! An IETF session (drafts 14 to 16: [`Version`]) over a [`Transport`], serving and
 //! filling the same model as moq-lite's.
 //!
 //! # Flow
@@ -19,8 +19,12 @@
 //!    origin as a broadcast whose tracks are fetched on first demand: SUBSCRIBE (largest object),
 //!    its subgroup streams ingested into the track's cache, UNSUBSCRIBE when nobody wants it.
 //!
-//! FETCH, TRACK_STATUS and PUBLISH are refused (NOT_SUPPORTED); SUBSCRIBE_UPDATE is read and
-//! ignored; object datagrams are not read.
+//! 4. FETCH and TRACK_STATUS are answered from the track's cache (a FETCH never waits for
+//!    objects, and holds one group at a time); PUBLISH is refused (NOT_SUPPORTED);
+//!    SUBSCRIBE_UPDATE is read and ignored; object datagrams are not read.
+//!
+//! draft-16 moves SUBSCRIBE_NAMESPACE to a stream of its own, answered there with NAMESPACE and
+//! NAMESPACE_DONE (`namespace_stream`, and `ask_for_namespaces` on the subscriber side).
 //!
 //! # Bad input
 //!
@@ -826,7 +830,7 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 		}
 		Message::TrackStatus(status) => {
 			inner.take_request_id(status.request_id)?;
-			refuse(inner, Message::TrackStatusError, status.request_id).await;
+			track_status(inner, status).await;
 		}
 		Message::Publish { request_id, .. } => {
 			inner.take_request_id(request_id)?;
@@ -1119,6 +1123,63 @@ async fn serve_subscribe<T: Transport + 'static>(inner: &Rc<Inner<T>>, subscribe
 		start,
 	};
 	inner.subscriptions.borrow_mut().insert(request_id, serving);
+}
+
+/// Answers a TRACK_STATUS from the track's cache: the largest location it holds, if any
+/// (draft-14's TRACK_STATUS_OK, a SUBSCRIBE_OK of alias 0; from 15 on REQUEST_OK with
+/// LARGEST_OBJECT), or DOES_NOT_EXIST. Nothing is subscribed.
+async fn track_status<T: Transport + 'static>(inner: &Rc<Inner<T>>, status: Subscribe) {
+	let version = inner.version;
+	let request_id = status.request_id;
+	let path = Path::new(&status.namespace.to_path());
+	let track = inner
+		.publish
+		.as_ref()
+		.and_then(|origin| origin.broadcast(&path).ok())
+		.and_then(|broadcast| broadcast.track(&status.name).ok());
+	let Some(track) = track else {
+		let error = RequestError {
+			request_id,
+			code: does_not_exist(version),
+			retry_interval: 0,
+			reason: "no such track".into(),
+		};
+		inner
+			.send(error_message(version, Message::TrackStatusError, error))
+			.await;
+		return;
+	};
+	let mut largest = None;
+	if let Some(mut group) = track.latest() {
+		let mut held = 0u64;
+		while let kio::Either::Left(Ok(Some(_))) = kio::race(group.read_frame(), std::future::ready(())).await {
+			held += 1;
+		}
+		largest = held.checked_sub(1).map(|object| Location {
+			group: group.sequence(),
+			object,
+		});
+	}
+	let reply = match version {
+		Version::Draft14 => Message::TrackStatusOk(SubscribeOk {
+			request_id,
+			track_alias: 0,
+			expires: 0,
+			group_order: 2,
+			largest,
+			params: Parameters::default(),
+		}),
+		_ => {
+			let mut params = Parameters::default();
+			if let Some(largest) = largest {
+				let mut location = Vec::new();
+				let _ = largest.emit(&mut location);
+				params = params.with_bytes(super::message::param::LARGEST_OBJECT, location);
+			}
+			Message::RequestOk { request_id, params }
+		}
+	};
+	inner.send(reply).await;
 }
 
 /// Answers a FETCH from the track's cache: FETCH_OK, then one stream of the cached objects in
