@@ -300,7 +300,7 @@ pub struct LoadOptions {
 	#[arg(long, default_value_t = 16)]
 	pub handshakes: usize,
 	/// The protocol over raw QUIC (moqt:// URLs): moq-lite-05, or the IETF drafts
-	/// moq-transport-14 and moq-transport-15.
+	/// moq-transport-14, -15 and -16.
 	#[arg(long, value_name = "VERSION", default_value = "moq-lite-05")]
 	pub version: Protocol,
 	/// kio workers (threads) of the load generator; connections are spread over them.

@@ -279,3 +279,81 @@ fn at_shutdown_a_draft_client_hears_goaway_then_the_close() {
 	});
 	stopping.join().unwrap().unwrap();
 }
+
+#[test]
+fn a_draft_client_is_authorized_by_its_authorization_token_parameter() {
+	let key = b"ietf-test-key-of-32-bytes-long!!";
+	let keys = KeyFile::hs256("ietf-token", key);
+	let auth = moq_relay::auth::AuthConfig {
+		key_file: Some(keys.0.clone()),
+		anonymous: moq_relay::auth::Anonymous::none(),
+	};
+	let relay = Relay::start_with(1, auth);
+	let claims = serde_json::json!({"root": "", "get": [""], "put": [""], "exp": 4_000_000_000u64});
+	let token = moq_relay::auth::sign_hs256(&claims, key);
+	runtime().block_on(async {
+		let endpoint = endpoint(&relay);
+		// CLIENT_SETUP with the path `/` and the token as AUTHORIZATION_TOKEN: USE_VALUE (0x3),
+		// token type 0 (agreed out of band), the JWT.
+		for (token, admitted) in [(Some(token.as_str()), true), (None, false), (Some("forged"), false)] {
+			let conn = quic_to(
+				&endpoint,
+				relay.bound.quic,
+				&relay.verification(),
+				moq_net::ietf::ALPN_DRAFT_14,
+			)
+			.await;
+			let (mut send, mut recv) = TransportExt::open_bi(&conn).await.unwrap();
+			let mut params = Parameters::default()
+				.with_bytes(0x1, Bytes::from_static(b"/"))
+				.with_int(0x2, 100);
+			if let Some(token) = token {
+				let mut value = vec![0x03, 0x00];
+				value.extend_from_slice(token.as_bytes());
+				params = params.with_bytes(0x3, value);
+			}
+			let mut out = Vec::new();
+			Message::ClientSetup {
+				versions: vec![DRAFT_14],
+				params,
+			}
+			.encode(&mut out);
+			// A request after it: answered only in an admitted session.
+			Message::SubscribeNamespace {
+				request_id: 0,
+				prefix: Namespace(vec!["any".into()]),
+				options: moq_net::ietf::message::subscribe_options::BOTH,
+				params: Parameters::default(),
+			}
+			.encode(&mut out);
+			send.write(out.into()).await.unwrap();
+			let mut buf = Vec::new();
+			let answered = within(LIMIT, "the answer or the close", async {
+				loop {
+					use moq_net::coding::Decode;
+					let mut view = &buf[..];
+					if let Ok(message) = Message::decode(&mut view) {
+						let used = buf.len() - view.len();
+						buf.drain(..used);
+						if matches!(message, Message::SubscribeNamespaceOk(0)) {
+							return true;
+						}
+						continue;
+					}
+					match moq_net::transport::RecvStreamExt::read(&mut recv).await {
+						Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
+						_ => return false,
+					}
+				}
+			})
+			.await;
+			assert_eq!(answered, admitted, "token {token:?}");
+			if !admitted {
+				assert_eq!(
+					within(LIMIT, "the refusal", close_code(&conn)).await,
+					code::UNAUTHORIZED
+				);
+			}
+		}
+	});
+}

@@ -9,6 +9,7 @@
 //! cargo run --release -p bench --bin relay -- --callgrind --save      # user-space instructions per frame: results/relay-callgrind.md
 //! cargo run --release -p bench --bin relay -- --hop --callgrind --save # the same through two linked relays: results/relay-hop-callgrind.md
 //! cargo run --release -p bench --bin relay -- --websocket --save       # raw QUIC and QMux over WebSocket side by side: results/relay-websocket.md
+//! cargo run --release -p bench --bin relay -- --ietf --save            # moq-lite-05, draft-14 and draft-16 side by side: results/relay-ietf.md
 //! ```
 //!
 //! Each measurement starts the relay command afresh (`{port}` replaced by a free UDP port), waits
@@ -93,6 +94,10 @@ struct Args {
 	/// TCP port), beside the same relay over raw QUIC. Saves to relay-websocket{,-callgrind}.
 	#[arg(long)]
 	websocket: bool,
+	/// Also measure this tree's relay with its clients over the IETF drafts: draft-14 and the
+	/// newest we speak, beside moq-lite-05 over raw QUIC. Saves to relay-ietf{,-callgrind}.
+	#[arg(long)]
+	ietf: bool,
 	/// Also measure this tree's relay as two linked relays (publishers upstream, subscribers
 	/// downstream): the cost of one hop. Saves to relay-hop{,-callgrind}.{md,json}.
 	#[arg(long)]
@@ -123,6 +128,8 @@ struct Relay {
 	/// How clients dial it: `moqt` (raw QUIC), `https` (WebTransport) or `ws` (QMux over a
 	/// WebSocket on the same port number, over TCP).
 	scheme: &'static str,
+	/// The protocol its clients speak, if not the load's `--version`.
+	protocol: Option<moq_client::Protocol>,
 }
 
 /// One measurement of one relay.
@@ -172,6 +179,9 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 	if args.websocket && (args.hop || !args.relays.is_empty() || !args.revs.is_empty()) {
 		bail!("--websocket measures this tree's relay over QUIC and WebSocket: give it alone");
 	}
+	if args.ietf && (args.hop || args.websocket || !args.relays.is_empty() || !args.revs.is_empty()) {
+		bail!("--ietf measures this tree's relay over moq-lite and the IETF drafts: give it alone");
+	}
 	if args.relays.is_empty() || !args.revs.is_empty() {
 		let sha = git(&top, &["rev-parse", "--short", "HEAD"])?;
 		let dirty = if git(&top, &["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
@@ -185,6 +195,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			command: relay_command(&binary, args.callgrind),
 			hop: false,
 			scheme,
+			protocol: None,
 		});
 		if args.websocket {
 			relays.push(Relay {
@@ -192,7 +203,18 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 				command: relay_command(&binary, args.callgrind).replace("--no-http", "--http-listen 127.0.0.1:{port}"),
 				hop: false,
 				scheme: "ws",
+				protocol: None,
 			});
+		}
+		if args.ietf {
+			use moq_client::Protocol;
+			for (protocol, draft) in [(Protocol::Draft14, "draft-14"), (Protocol::Draft16, "draft-16")] {
+				relays.push(Relay {
+					name: format!("current ({sha}{dirty}), over {draft}"),
+					protocol: Some(protocol),
+					..relays[0].clone()
+				});
+			}
 		}
 		if args.hop {
 			relays.push(Relay {
@@ -220,6 +242,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			command: relay_command(&build_relay(&tree, &tree.join("target"))?, args.callgrind),
 			hop: false,
 			scheme,
+			protocol: None,
 		});
 	}
 	for text in &args.relays {
@@ -234,6 +257,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 			command: command.to_owned(),
 			hop: false,
 			scheme,
+			protocol: None,
 		});
 	}
 	if args.shapes.is_empty() {
@@ -281,7 +305,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 	println!("{}", table.markdown(&bench::report::revision()));
 	if args.save || args.save_as.is_some() {
 		table.save()?;
-		if args.save_as.is_none() && !args.callgrind && !args.hop && !args.websocket {
+		if args.save_as.is_none() && !args.callgrind && !args.hop && !args.websocket && !args.ietf {
 			let svg = plot(&args.shapes, &relays, &results);
 			std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("results/relay.svg"), svg)?;
 		}
@@ -381,7 +405,7 @@ fn measure(relay: &Relay, shape: &Shape, args: &Args, scratch: &Path) -> anyhow:
 		if relay.scheme == "ws" {
 			wait_listening(port)?;
 		}
-		measure_running(&pids, port, upstream, relay.scheme, shape, args, scratch)
+		measure_running(&pids, port, upstream, relay, shape, args, scratch)
 	})();
 	for child in &mut children {
 		let _ = child.kill();
@@ -451,7 +475,7 @@ fn measure_running(
 	pids: &[u32],
 	port: u16,
 	upstream: Option<u16>,
-	scheme: &str,
+	relay: &Relay,
 	shape: &Shape,
 	args: &Args,
 	scratch: &Path,
@@ -467,10 +491,13 @@ fn measure_running(
 	let target = Target {
 		addr: format!("127.0.0.1:{port}").parse().expect("an address"),
 		publish_addr: upstream.map(|up| format!("127.0.0.1:{up}").parse().expect("an address")),
-		url: Url::parse(&format!("{scheme}://localhost:{port}/bench"))?,
+		url: Url::parse(&format!("{}://localhost:{port}/bench", relay.scheme))?,
 		verification: Verification::Disabled,
 	};
-	let plan = args.load.plan(shape.clone(), false);
+	let mut plan = args.load.plan(shape.clone(), false);
+	if let Some(protocol) = relay.protocol {
+		plan.protocol = protocol;
+	}
 	let live = Arc::new(Live::default());
 	let (events, heard) = mpsc::channel();
 	let generator = {
@@ -806,6 +833,8 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 				"relay-hop-callgrind"
 			} else if args.websocket {
 				"relay-websocket-callgrind"
+			} else if args.ietf {
+				"relay-ietf-callgrind"
 			} else {
 				"relay-callgrind"
 			},
@@ -819,6 +848,8 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 				"relay-hop"
 			} else if args.websocket {
 				"relay-websocket"
+			} else if args.ietf {
+				"relay-ietf"
 			} else {
 				"relay"
 			},

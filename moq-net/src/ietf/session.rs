@@ -6,7 +6,8 @@
 //! 1. Setup: the client opens the control stream (the first bidirectional stream) and sends
 //!    CLIENT_SETUP (draft-14: with the versions it speaks; the server answers SERVER_SETUP with
 //!    draft-14, or closes with VERSION_NEGOTIATION_FAILED; draft-15: the ALPN chose). Each side
-//!    grants the other request ids with MAX_REQUEST_ID. A client's PATH parameter plays the part
+//!    grants the other request ids with MAX_REQUEST_ID. A client's PATH parameter (and its
+//!    AUTHORIZATION_TOKEN, [`PeerSetup::token`], for the relay's auth) plays the part
 //!    of moq-lite's SETUP path (raw QUIC; over WebTransport the CONNECT carries it).
 //! 2. The **publisher half** (given an [`OriginConsumer`]) answers SUBSCRIBE_NAMESPACE with OK,
 //!    then a PUBLISH_NAMESPACE for each broadcast under the prefix and PUBLISH_NAMESPACE_DONE as
@@ -60,6 +61,11 @@ use crate::transport::{RecvStream, SendStream, Transport, TransportError, Transp
 const PATH: u64 = 0x01;
 /// SETUP parameter MAX_REQUEST_ID.
 const MAX_REQUEST_ID: u64 = 0x02;
+/// SETUP parameter AUTHORIZATION_TOKEN.
+const AUTHORIZATION_TOKEN: u64 = 0x03;
+/// A token's alias type USE_VALUE: the token itself follows (its type, then its value), not an
+/// alias of one. We keep no aliases (MAX_AUTH_TOKEN_CACHE_SIZE is 0: none may be registered).
+const USE_VALUE: u64 = 0x3;
 /// SETUP parameter MOQT_IMPLEMENTATION (0x07 as the public implementations send it; draft-14's
 /// text gives it 0x05, which is AUTHORITY's).
 const IMPLEMENTATION: u64 = 0x07;
@@ -88,6 +94,9 @@ pub struct PeerSetup {
 	pub max_request_id: u64,
 	/// The peer's implementation, if it named it.
 	pub implementation: Option<String>,
+	/// The value of the client's AUTHORIZATION_TOKEN (USE_VALUE, any token type), if it sent one
+	/// in UTF-8.
+	pub token: Option<String>,
 }
 
 /// Why a session (or its setup) ended badly.
@@ -334,7 +343,18 @@ fn peer_setup(params: &Parameters) -> PeerSetup {
 		implementation: params
 			.bytes(IMPLEMENTATION)
 			.map(|p| String::from_utf8_lossy(p).into_owned()),
+		token: params.bytes(AUTHORIZATION_TOKEN).and_then(|token| token_value(token)),
 	}
+}
+
+/// A USE_VALUE token's value: `Alias Type (0x3), Token Type, Token Value` (the value runs to the
+/// end); `None` for any other form.
+fn token_value(mut token: &[u8]) -> Option<String> {
+	if crate::coding::decode_varint(&mut token).ok()? != USE_VALUE {
+		return None;
+	}
+	crate::coding::decode_varint(&mut token).ok()?;
+	String::from_utf8(token.to_vec()).ok()
 }
 
 async fn write<S: SendStream>(send: &mut S, message: &Message, version: Version) -> Result<(), Error> {
