@@ -814,7 +814,8 @@ fn table(args: &Args, relays: &[Relay], results: &[Vec<Vec<Measurement>>]) -> Ta
 		}
 		// A/A: relays with the same command measure the noise band.
 		for (r, relay) in relays.iter().enumerate().skip(1) {
-			if relay.command == relays[0].command && relay.hop == relays[0].hop {
+			let same = relay.command == relays[0].command && relay.hop == relays[0].hop;
+			if same && relay.scheme == relays[0].scheme && relay.protocol == relays[0].protocol {
 				let value = median_spread(&cost(&results[s][r])).0;
 				let _ = writeln!(
 					after,
