@@ -15,6 +15,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use bytes::Bytes;
+use moq_net::ietf;
 use moq_net::lite::session::{self, Config};
 use moq_net::model::Origin;
 use moq_net::transport::memory;
@@ -237,6 +238,43 @@ pub fn requests(known: bool, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	})
 }
 
+/// An IETF viewer session (draft `version`) mirroring into `subscribe`, and its peer, a relay
+/// session on `relay`, over the in-memory transport: what keeps both alive.
+async fn connect_ietf(relay: &Origin, version: ietf::Version, subscribe: &Origin) -> impl Sized + use<> {
+	let (client, server) = memory::pair();
+	let config = Config {
+		origin: RELAY,
+		..Config::default()
+	};
+	let grant = ietf::session::initial_grant(&config, ietf::session::Side::Client);
+	let accept = {
+		let server = server.clone();
+		kio::spawn(async move { ietf::session::accept(&server, grant, version).await })
+	};
+	let server_grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
+	let (control, peer) = ietf::session::connect(&client, Some("/"), server_grant, version)
+		.await
+		.expect("client setup");
+	let (server_control, server_peer) = accept.await.expect("setup task").expect("relay setup");
+	let server_side = ietf::session::start(
+		server,
+		server_control,
+		config,
+		server_peer,
+		Some(relay.consumer()),
+		Some(relay.producer()),
+	);
+	let client_side = ietf::session::start(
+		client,
+		control,
+		Config::default(),
+		peer,
+		None,
+		Some(subscribe.producer()),
+	);
+	(client_side, server_side)
+}
+
 /// Runs the session fan-out: a publisher session into a relay origin, and one viewer session out
 /// of it per subscriber, all over the in-memory transport on one pinned worker. Each cycle
 /// publishes one finished one-frame group; every viewer's application cursor takes it and reads
@@ -246,17 +284,30 @@ pub fn requests(known: bool, cycles: u64, meter: &mut dyn Meter) -> u64 {
 /// header, the frame), the viewer session's ingest (accept, decode, cache) and the viewer
 /// application's read, plus the executor's share.
 pub fn session(subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
+	session_of(None, subscribers, cycles, meter)
+}
+
+/// [`session()`] with IETF viewers (draft `version`): the relay serves them subgroup streams (a
+/// stream, the subgroup header, the object header, the payload); the publisher is moq-lite's.
+pub fn session_ietf(version: ietf::Version, subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
+	session_of(Some(version), subscribers, cycles, meter)
+}
+
+fn session_of(ietf: Option<ietf::Version>, subscribers: usize, cycles: u64, meter: &mut dyn Meter) -> u64 {
 	let rt = pinned_worker();
 	rt.block_on(async {
 		let relay = Origin::new(RELAY);
 		let (track, _publisher) = publisher(&relay).await;
 
 		let delivered = Rc::new(Cell::new(0u64));
-		let mut viewers = Vec::new();
+		let mut viewers: Vec<Box<dyn std::any::Any>> = Vec::new();
 		let mut readers = Vec::new();
 		for index in 0..subscribers {
 			let local = Origin::new(10 + index as u64);
-			viewers.push(connect(&relay, 10 + index as u64, None, Some(&local)).await);
+			match ietf {
+				None => viewers.push(Box::new(connect(&relay, 10 + index as u64, None, Some(&local)).await)),
+				Some(version) => viewers.push(Box::new(connect_ietf(&relay, version, &local).await)),
+			}
 			let delivered = delivered.clone();
 			readers.push(kio::spawn(async move {
 				let mut cursor = local.consumer().announced(&Path::default());

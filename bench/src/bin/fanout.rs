@@ -1,7 +1,7 @@
 //! `fanout`: instructions per delivered group per subscriber.
 //!
 //! ```text
-//! fanout [model|session] [--subscribers 1,64,512] [--runs 3] [--cycles N] [--source perf|callgrind|task-clock]
+//! fanout [model|session|session-ietf] [--subscribers 1,64,512] [--runs 3] [--cycles N] [--source perf|callgrind|task-clock]
 //!        [--save] [--json FILE]
 //! fanout compare --label NAME FILE [--label NAME FILE ...]
 //! ```
@@ -41,7 +41,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 	while let Some(arg) = args.next() {
 		let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
 		match arg.as_str() {
-			"model" | "session" => parsed.harness = arg,
+			"model" | "session" | "session-ietf" => parsed.harness = arg,
 			"--subscribers" => {
 				parsed.subscribers = parse_list(&value("--subscribers")?, "subscriber count")?;
 			}
@@ -68,6 +68,8 @@ fn run_workload(harness: &str, subscribers: usize, cycles: u64, meter: &mut dyn 
 	match harness {
 		"model" => fanout::model(subscribers, cycles, meter),
 		"session" => fanout::session(subscribers, cycles, meter),
+		// The newest draft we speak (the data path is the same from draft-14 on).
+		"session-ietf" => fanout::session_ietf(moq_net::ietf::Version::Draft16, subscribers, cycles, meter),
 		other => panic!("unknown harness {other}"),
 	}
 }

@@ -38,9 +38,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use kio::JoinHandle;
-use kio::sync::{Budget, Charge, Queue};
+use kio::sync::Queue;
 
 use super::data::{FETCH_HEADER, FetchObject, ObjectHeader, SubgroupHeader, SubgroupId, status};
 use super::message::{
@@ -49,8 +49,8 @@ use super::message::{
 };
 use super::{DRAFT_14, Version, code, done_code, request_code};
 use crate::coding::{DecodeError, Encode, encode_varint};
-use crate::lite::session::Config;
 use crate::lite::session::TRACK_IDLE_LINGER;
+use crate::lite::session::{Budget as SessionBudget, Config, Reader, SessionError};
 use crate::model::{
 	self, BroadcastProducer, Frame, OriginConsumer, OriginProducer, Path, Publication, Route, Subscription, Timestamp,
 	TrackConsumer, TrackInfo, TrackProducer,
@@ -132,117 +132,23 @@ fn violation(why: &'static str) -> Error {
 	Error::Protocol(code::PROTOCOL_VIOLATION, why)
 }
 
-/// Reads messages from a stream as its bytes arrive.
-struct Reader<R> {
-	recv: R,
-	buf: BytesMut,
-	fin: bool,
-	/// What `buf` holds, charged to the session's partial-bytes budget and to the connection's
-	/// memory (a data stream's reader): a peer that leaves objects unfinished on many streams
-	/// holds at most the budget.
-	charges: Option<(Charge, Option<Charge>)>,
+/// What a stream reader's failure is to the session: bytes that do not decode (or a stream that
+/// ends inside a value) break the protocol; a spent budget refuses the stream.
+impl From<SessionError> for Error {
+	fn from(err: SessionError) -> Self {
+		match err {
+			SessionError::Transport(err) => Self::Transport(err),
+			SessionError::Refused(_) => Self::Refused("the session's partial-bytes budget is spent"),
+			SessionError::Decode(_) | SessionError::Encode(_) | SessionError::Protocol(_) | SessionError::Model(_) => {
+				violation("bytes that do not decode")
+			}
+		}
+	}
 }
 
-impl<R: RecvStream> Reader<R> {
-	fn new(recv: R) -> Self {
-		Self {
-			recv,
-			buf: BytesMut::new(),
-			fin: false,
-			charges: None,
-		}
-	}
-
-	/// A reader whose buffer is charged to `partial` and `memory`.
-	fn charged(recv: R, partial: &Budget, memory: Option<&Budget>) -> Self {
-		let mut reader = Self::new(recv);
-		reader.charges = Some((partial.empty(), memory.map(Budget::empty)));
-		reader
-	}
-
-	/// Brings the charges in line with what the buffer holds; an error if a budget has no room.
-	fn account(&mut self) -> Result<(), Error> {
-		let held = self.buf.capacity() as u64;
-		if let Some((partial, memory)) = &mut self.charges {
-			let fits = partial.resize(held) && memory.as_mut().is_none_or(|memory| memory.resize(held));
-			if !fits {
-				self.buf = BytesMut::new();
-				partial.resize(0);
-				if let Some(memory) = memory {
-					memory.resize(0);
-				}
-				return Err(Error::Refused("the session's partial-bytes budget is spent"));
-			}
-		}
-		Ok(())
-	}
-
-	/// Decodes with `decode` once enough bytes came; `None` at a clean end between values.
-	async fn decode<M>(&mut self, decode: impl Fn(&mut &[u8]) -> Result<M, DecodeError>) -> Result<Option<M>, Error> {
-		loop {
-			if !self.buf.is_empty() {
-				let mut slice = &self.buf[..];
-				match decode(&mut slice) {
-					Ok(value) => {
-						let used = self.buf.len() - slice.len();
-						let _ = self.buf.split_to(used);
-						return Ok(Some(value));
-					}
-					Err(DecodeError::Short) => {}
-					Err(_) => return Err(violation("bytes that do not decode")),
-				}
-			}
-			if !self.fill().await? {
-				return match self.buf.is_empty() {
-					true => Ok(None),
-					false => Err(violation("a stream ended inside a message")),
-				};
-			}
-		}
-	}
-
-	/// Reads a chunk; false at the end.
-	async fn fill(&mut self) -> Result<bool, Error> {
-		if self.fin {
-			return Ok(false);
-		}
-		match kio::wait(|w| self.recv.poll_read(w)).await? {
-			Some(chunk) => {
-				if self.buf.is_empty() {
-					// Nothing kept from before: start a fresh buffer rather than grow an old one.
-					self.buf = BytesMut::new();
-				}
-				self.buf.extend_from_slice(&chunk);
-				self.account()?;
-				Ok(true)
-			}
-			None => {
-				self.fin = true;
-				Ok(false)
-			}
-		}
-	}
-
-	/// Exactly `len` bytes, in a buffer of their own.
-	async fn read_exact(&mut self, len: usize) -> Result<Bytes, Error> {
-		while self.buf.len() < len {
-			if !self.fill().await? {
-				return Err(violation("a stream ended inside an object"));
-			}
-		}
-		let bytes = Bytes::copy_from_slice(&self.buf[..len]);
-		self.buf.advance(len);
-		// The allocation stays whole behind what is left, and stays charged whole. Once what is
-		// left is at most half the charge, it moves to a buffer of its own and the charge
-		// shrinks to it: each move at most halves the charge, so the copying is bounded by what
-		// arrives, not paid again for each object of a chunk.
-		let charged = self.charges.as_ref().map_or(0, |(partial, _)| partial.amount());
-		if (self.buf.len() as u64).saturating_mul(2) <= charged {
-			self.buf = BytesMut::from(&self.buf[..]);
-			self.account()?;
-		}
-		Ok(bytes)
-	}
+/// The next control message of `version` from `reader`; `None` at a clean end.
+async fn read_message<R: RecvStream>(reader: &mut Reader<R>, version: Version) -> Result<Option<Message>, Error> {
+	Ok(reader.decode_with(|buf| Message::decode_for(buf, version)).await?)
 }
 
 /// The control stream, set up.
@@ -264,7 +170,7 @@ pub async fn accept<T: Transport>(
 ) -> Result<(Control<T>, PeerSetup), Error> {
 	let (mut send, recv) = transport.accept_bi().await?;
 	let mut reader = Reader::new(recv);
-	let first = reader.decode(|buf| Message::decode_for(buf, version)).await?;
+	let first = read_message(&mut reader, version).await?;
 	let Some(Message::ClientSetup { versions, params }) = first else {
 		return Err(violation("the control stream did not start with CLIENT_SETUP"));
 	};
@@ -313,7 +219,7 @@ pub async fn connect<T: Transport>(
 	};
 	write(&mut send, &Message::ClientSetup { versions, params }, version).await?;
 	let mut reader = Reader::new(recv);
-	match reader.decode(|buf| Message::decode_for(buf, version)).await? {
+	match read_message(&mut reader, version).await? {
 		Some(Message::ServerSetup {
 			version: chosen,
 			params,
@@ -445,9 +351,10 @@ struct Inner<T: Transport> {
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 	closed: Cell<Option<u64>>,
-	/// Bytes of objects received in part, over all the session's streams
-	/// (`Limits::partial_bytes`; a child of the relay's gauge).
-	partial: Budget,
+	/// What the peer makes the session hold: bytes of messages and objects received in part,
+	/// over all its streams (`Limits::partial_bytes`, a child of the relay's gauge and charged to
+	/// the connection's memory), as a moq-lite session's.
+	budget: Rc<SessionBudget>,
 	/// Subscriptions the peer ended (PUBLISH_DONE), kept a moment for their late streams.
 	closing: RefCell<Vec<Task>>,
 	/// The peer's grant of request ids, counted as it grows (what waits for one watches it).
@@ -619,10 +526,7 @@ pub fn start<T: Transport + Clone + 'static>(
 		Side::Client => (0, 1),
 		Side::Server => (1, 0),
 	};
-	let partial = match &config.counters {
-		Some(counters) => counters.partial_bytes.child(config.limits.partial_bytes),
-		None => Budget::new(config.limits.partial_bytes),
-	};
+	let budget = SessionBudget::new(config.limits, config.counters.clone(), config.memory.clone());
 	// What SETUP granted the peer, whatever the limits set since.
 	let granted = control.granted;
 	let inner = Rc::new(Inner {
@@ -648,14 +552,11 @@ pub fn start<T: Transport + Clone + 'static>(
 		publish,
 		subscribe,
 		closed: Cell::new(None),
-		partial,
+		budget,
 		closing: RefCell::default(),
 		grants: kio::sync::Producer::new(0),
 	});
-	let Control { send, mut reader, .. } = control;
-	// What the control stream holds unread is the peer's too: at most a message of 64 KiB and a
-	// chunk, charged as its data streams' partial objects are.
-	reader.charges = Some((inner.partial.empty(), inner.config.memory.as_ref().map(Budget::empty)));
+	let Control { send, reader, .. } = control;
 	let mut tasks = vec![
 		Task(kio::spawn(write_control(inner.clone(), send))),
 		Task(kio::spawn(read_control(inner.clone(), reader))),
@@ -682,14 +583,15 @@ async fn write_control<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T:
 }
 
 async fn read_control<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>, mut reader: Reader<T::RecvHalf>) {
-	// What SETUP's read left in the buffer is charged from here.
-	if let Err(err) = reader.account() {
-		inner.fail(&err);
+	// What the control stream holds unread is the peer's too (at most a message of 64 KiB and a
+	// chunk), charged from here as its data streams' partial objects are.
+	if let Err(err) = reader.charge_to(&inner.budget) {
+		inner.fail(&err.into());
 		return;
 	}
 	loop {
 		let version = inner.version;
-		let message = match reader.decode(|buf| Message::decode_for(buf, version)).await {
+		let message = match read_message(&mut reader, version).await {
 			Ok(Some(message)) => message,
 			// The control stream may not end while the session lives.
 			Ok(None) => {
@@ -1007,8 +909,8 @@ impl<T: Transport + 'static> Drop for NamespaceStream<'_, T> {
 /// each goes, until the peer ends its side of the stream.
 async fn namespace_stream<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send: T::SendHalf, recv: T::RecvHalf) {
 	let version = inner.version;
-	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
-	let first = match reader.decode(|buf| Message::decode_for(buf, version)).await {
+	let mut reader = Reader::charged(recv, &inner.budget);
+	let first = match read_message(&mut reader, version).await {
 		Ok(Some(message)) => message,
 		Ok(None) | Err(Error::Transport(_) | Error::Refused(_)) => return,
 		Err(err) => {
@@ -1076,7 +978,7 @@ async fn namespace_stream<T: Transport + 'static>(inner: Rc<Inner<T>>, mut send:
 		}
 	};
 	// Nothing more may come on the stream: its end is the unsubscribe.
-	let ended = reader.decode(|buf| Message::decode_for(buf, version));
+	let ended = read_message(&mut reader, version);
 	if let kio::Either::Right(Ok(Some(_)) | Err(Error::Protocol(..))) = kio::race(announcing, ended).await {
 		inner.fail(&violation("a message after SUBSCRIBE_NAMESPACE on its stream"));
 	}
@@ -1546,7 +1448,7 @@ async fn ask_for_namespaces<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>)
 	if write(&mut send, &request, version).await.is_err() {
 		return;
 	}
-	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
+	let mut reader = Reader::charged(recv, &inner.budget);
 	let result = take_namespaces(&inner, &mut reader).await;
 	// However the stream ended, what it gave ends with it.
 	let given: Vec<Namespace> = inner
@@ -1564,7 +1466,7 @@ async fn ask_for_namespaces<T: Transport + Clone + 'static>(inner: Rc<Inner<T>>)
 	}
 	match result {
 		Err(err @ Error::Protocol(..)) => inner.fail(&err),
-		Err(_) => reader.recv.stop(0),
+		Err(_) => reader.stop(0),
 		Ok(()) => {}
 	}
 }
@@ -1576,13 +1478,13 @@ async fn take_namespaces<T: Transport + Clone + 'static>(
 	reader: &mut Reader<T::RecvHalf>,
 ) -> Result<(), Error> {
 	let version = inner.version;
-	match reader.decode(|buf| Message::decode_for(buf, version)).await? {
+	match read_message(reader, version).await? {
 		Some(Message::RequestOk { .. }) => {}
 		// Refused, or nothing: what comes unasked is still taken.
 		Some(Message::SubscribeError(_)) | None => return Ok(()),
 		Some(_) => return Err(violation("SUBSCRIBE_NAMESPACE answered with neither OK nor error")),
 	}
-	while let Some(message) = reader.decode(|buf| Message::decode_for(buf, version)).await? {
+	while let Some(message) = read_message(reader, version).await? {
 		match message {
 			Message::Namespace(namespace) => {
 				if let Err((_, why)) = mirror(inner, namespace, None) {
@@ -1881,11 +1783,11 @@ async fn accept_streams<T: Transport + 'static>(inner: Rc<Inner<T>>) {
 }
 
 async fn ingest<T: Transport + 'static>(inner: Rc<Inner<T>>, recv: T::RecvHalf) {
-	let mut reader = Reader::charged(recv, &inner.partial, inner.config.memory.as_ref());
+	let mut reader = Reader::charged(recv, &inner.budget);
 	if let Err(err) = read_subgroup(&inner, &mut reader).await {
 		match err {
 			Error::Protocol(..) => inner.fail(&err),
-			Error::Transport(_) | Error::Refused(_) => reader.recv.stop(0),
+			Error::Transport(_) | Error::Refused(_) => reader.stop(0),
 		}
 	}
 }
@@ -1930,7 +1832,7 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 ) -> Result<(), Error> {
 	let version = inner.version;
 	let Some(header) = reader
-		.decode(|buf| {
+		.decode_with(|buf| {
 			// A stream of another type is not ours to read (FETCH_HEADER: we never fetch).
 			let mut peek = *buf;
 			let kind = crate::coding::decode_varint(&mut peek)?;
@@ -1945,14 +1847,14 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 	};
 	let Some(track) = upstream_track(inner, header.track_alias).await else {
 		// A late stream of a subscription we ended, or of none: not read.
-		reader.recv.stop(1);
+		reader.stop(1);
 		return Ok(());
 	};
 	let Ok(mut group) = track.create_group(header.group) else {
 		if let Some(counters) = &inner.config.counters {
 			counters.groups_lost[crate::lite::session::GroupLoss::Refused as usize].fetch_add(1, Ordering::Relaxed);
 		}
-		reader.recv.stop(1);
+		reader.stop(1);
 		return Ok(());
 	};
 	if let Some(counters) = &inner.config.counters {
@@ -1961,7 +1863,7 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 	let timescale = track.info().timescale;
 	loop {
 		let object = reader
-			.decode(|buf| ObjectHeader::decode(buf, header.extensions))
+			.decode_with(|buf| ObjectHeader::decode(buf, header.extensions))
 			.await?;
 		let Some(object) = object else {
 			let _ = group.finish();
@@ -1975,7 +1877,9 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 			// End of group or track, or an object that does not exist: nothing to store.
 			continue;
 		}
-		let payload = reader.read_exact(object.length as usize).await?;
+		let Some(payload) = reader.read_exact(object.length as usize).await? else {
+			return Err(violation("a stream ended inside an object"));
+		};
 		if let Some(counters) = &inner.config.counters {
 			counters.bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
 		}
@@ -1984,7 +1888,7 @@ async fn read_subgroup<T: Transport + 'static, R: RecvStream>(
 			.write_frame(Frame::new(Timestamp::new(stamp, timescale), payload))
 			.is_err()
 		{
-			reader.recv.stop(1);
+			reader.stop(1);
 			return Ok(());
 		}
 	}

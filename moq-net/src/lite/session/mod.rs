@@ -38,8 +38,10 @@
 //! dropping it (or [`Session::close`]) closes the transport and aborts them. Nothing outlives it.
 
 mod budget;
+pub(crate) use budget::Budget;
 pub use budget::Pace;
 mod io;
+pub(crate) use io::Reader;
 mod publisher;
 pub(crate) use publisher::stream_priority;
 mod subscriber;
@@ -420,7 +422,7 @@ async fn exchange<T: Transport>(transport: &T, config: &Config) -> Result<PeerSe
 	crate::transport::SendStream::finish(&mut send).map_err(SessionError::Transport)?;
 	loop {
 		let recv = transport.accept_uni().await.map_err(SessionError::Transport)?;
-		let mut reader = io::Reader::new(recv);
+		let mut reader = Reader::new(recv);
 		match reader.decode::<DataType>().await {
 			Ok(Some(DataType::Setup)) => {}
 			// Streams before the SETUP are refused one by one (the reference server does the same).
@@ -458,7 +460,7 @@ struct Inner<T: Transport> {
 	/// Subscribe ids of the peer's SUBSCRIBEs open toward our publisher half (a second SUBSCRIBE
 	/// with a live id is a Duplicate); bounded by [`Limits::subscriptions`].
 	served: RefCell<HashSet<u64>>,
-	budget: Rc<budget::Budget>,
+	budget: Rc<Budget>,
 	/// The peer's requests, paced by [`Limits::request_rate`] and [`Config::shared_pace`].
 	pace: budget::Paces,
 	/// Tracks asked of the peer's broadcasts, served from upstream.
@@ -510,7 +512,7 @@ pub fn start<T: Transport + Clone + 'static>(
 	publish: Option<OriginConsumer>,
 	subscribe: Option<OriginProducer>,
 ) -> Session<T> {
-	let budget = budget::Budget::new(config.limits, config.counters.clone(), config.memory.clone());
+	let budget = Budget::new(config.limits, config.counters.clone(), config.memory.clone());
 	let pace = budget::Paces {
 		own: Pace::new(
 			config.limits.request_rate,
