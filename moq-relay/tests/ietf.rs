@@ -1,8 +1,9 @@
-//! The relay serving IETF moq-transport draft-14 (ALPN `moq-00`) beside moq-lite, from one
-//! origin: draft-14 publishers watched by moq-lite viewers and the other way round, auth from
-//! CLIENT_SETUP's PATH, and hostile draft-14 peers (a request id out of turn, requests past the
-//! grant, bytes that are no message) closed with the draft's codes while a healthy pair keeps
-//! receiving.
+//! The relay serving the IETF moq-transport drafts (14 to 16) beside moq-lite, from one origin:
+//! a draft's publishers watched by moq-lite viewers and by another draft's, and the other way
+//! round, over raw QUIC and WebTransport; auth from CLIENT_SETUP's PATH and its
+//! AUTHORIZATION_TOKEN; GOAWAY at shutdown; and hostile draft-14 peers (a request id out of
+//! turn, requests past the grant, bytes that are no message) closed with the draft's codes while
+//! a healthy pair keeps receiving.
 
 mod common;
 
@@ -28,6 +29,19 @@ async fn connect(
 	publish: Option<&Origin>,
 	subscribe: Option<&Origin>,
 ) -> anyhow::Result<moq_client::Session> {
+	connect_over(relay, endpoint, protocol, relay.url(path), id, publish, subscribe).await
+}
+
+/// [`connect`] to `url`: raw QUIC (`moqt://`) or WebTransport (`https://`).
+async fn connect_over(
+	relay: &Relay,
+	endpoint: &moq_quic::Endpoint,
+	protocol: Protocol,
+	url: moq_client::Url,
+	id: u64,
+	publish: Option<&Origin>,
+	subscribe: Option<&Origin>,
+) -> anyhow::Result<moq_client::Session> {
 	let mut client = relay.client(endpoint).origin(id).protocol(protocol);
 	if let Some(publish) = publish {
 		client = client.publish(publish.consumer());
@@ -35,36 +49,49 @@ async fn connect(
 	if let Some(subscribe) = subscribe {
 		client = client.subscribe(subscribe.producer());
 	}
-	client.connect_to(&relay.url(path), relay.bound.quic).await
+	client.connect_to(&url, relay.bound.quic).await
+}
+
+/// The relay's WebTransport URL of `path`.
+fn https(relay: &Relay, path: &str) -> moq_client::Url {
+	moq_client::Url::parse(&format!("https://localhost:{}{path}", relay.bound.quic.port())).unwrap()
 }
 
 #[test]
-fn draft_14_and_moq_lite_clients_watch_each_other() {
+fn draft_and_moq_lite_clients_watch_each_other_over_quic_and_webtransport() {
 	let relay = Relay::start(1);
 	runtime().block_on(async {
 		let endpoint = endpoint(&relay);
+		// Each side over raw QUIC, or over WebTransport (`true`: the draft's sub-protocol).
 		let pairs = [
-			(Protocol::Draft14, Protocol::Lite),
-			(Protocol::Lite, Protocol::Draft14),
-			(Protocol::Draft14, Protocol::Draft14),
-			(Protocol::Draft15, Protocol::Lite),
-			(Protocol::Lite, Protocol::Draft15),
-			(Protocol::Draft15, Protocol::Draft14),
-			(Protocol::Draft16, Protocol::Lite),
-			(Protocol::Lite, Protocol::Draft16),
-			(Protocol::Draft16, Protocol::Draft14),
-			(Protocol::Draft15, Protocol::Draft16),
+			(Protocol::Draft14, false, Protocol::Lite, false),
+			(Protocol::Lite, false, Protocol::Draft14, false),
+			(Protocol::Draft14, false, Protocol::Draft14, false),
+			(Protocol::Draft15, false, Protocol::Lite, false),
+			(Protocol::Lite, false, Protocol::Draft15, false),
+			(Protocol::Draft15, false, Protocol::Draft14, false),
+			(Protocol::Draft16, false, Protocol::Lite, false),
+			(Protocol::Lite, false, Protocol::Draft16, false),
+			(Protocol::Draft16, false, Protocol::Draft14, false),
+			(Protocol::Draft15, false, Protocol::Draft16, false),
+			(Protocol::Draft14, true, Protocol::Lite, false),
+			(Protocol::Lite, false, Protocol::Draft15, true),
+			(Protocol::Draft16, true, Protocol::Draft14, true),
 		];
-		for (index, (publishing, viewing)) in pairs.into_iter().enumerate() {
+		for (index, (publishing, publisher_wt, viewing, viewer_wt)) in pairs.into_iter().enumerate() {
+			let url = |webtransport| match webtransport {
+				true => https(&relay, "/"),
+				false => relay.url("/"),
+			};
 			let id = 10 * index as u64;
 			let name = format!("pair{index}");
 			let publisher_origin = Origin::new(id + 1);
 			let (_broadcast, track, _publication) = local_broadcast(&publisher_origin, &name);
-			let publisher = connect(
+			let publisher = connect_over(
 				&relay,
 				&endpoint,
 				publishing,
-				"/",
+				url(publisher_wt),
 				id + 1,
 				Some(&publisher_origin),
 				None,
@@ -78,7 +105,15 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			};
 			assert_eq!(publisher.protocol(), Some(expected));
 			let viewer_origin = Origin::new(id + 2);
-			let viewer = connect(&relay, &endpoint, viewing, "/", id + 2, None, Some(&viewer_origin));
+			let viewer = connect_over(
+				&relay,
+				&endpoint,
+				viewing,
+				url(viewer_wt),
+				id + 2,
+				None,
+				Some(&viewer_origin),
+			);
 			let _viewer = within(LIMIT, "the viewer", viewer).await.unwrap();
 			let mut cursor = within(LIMIT, "announced", announced(&viewer_origin, &name))
 				.await
@@ -88,13 +123,9 @@ fn draft_14_and_moq_lite_clients_watch_each_other() {
 			for sequence in 0..20 {
 				publish(&track, sequence);
 			}
-			let what = format!("every group, {publishing:?} → {viewing:?}");
+			let what = format!("every group, {publishing:?} (WebTransport {publisher_wt}) → {viewing:?} ({viewer_wt})");
 			let got = within(LIMIT, &what, take(&mut cursor, 20)).await;
-			assert_eq!(
-				got,
-				(0..20).map(|s| (s, s)).collect::<Vec<_>>(),
-				"{publishing:?} → {viewing:?}"
-			);
+			assert_eq!(got, (0..20).map(|s| (s, s)).collect::<Vec<_>>(), "{what}");
 		}
 	});
 }

@@ -9,7 +9,7 @@
 //! | URL | transport |
 //! |---|---|
 //! | `moqt://host:port/path?jwt=…` | raw QUIC (ALPN `moq-lite-05`; or an IETF draft's, `moq-00`, `moqt-15` or `moqt-16`, with [`Client::protocol`]), the path and query in SETUP |
-//! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol |
+//! | `https://host:port/path?jwt=…` | WebTransport over HTTP/3 (ALPN `h3`), the path and query in the CONNECT, `moq-lite-05` offered as the sub-protocol (or the draft's, with [`Client::protocol`]) |
 //! | `http://host:port/path?jwt=…` | WebTransport too, pinning the certificate fetched from `http://host:port/certificate.sha256` |
 //! | `ws://host:port/path?jwt=…` | QMux over a WebSocket on the relay's HTTP port (TCP), the path and query in the upgrade, `qmux-01.moq-lite-05` offered: where UDP cannot go |
 //! | `wss://host:port/path?jwt=…` | the same under TLS (ALPN `http/1.1`), on the same port |
@@ -99,7 +99,8 @@ pub struct Client {
 	protocol: Protocol,
 }
 
-/// Which protocol a client speaks over raw QUIC (`moqt://`).
+/// Which protocol a client speaks over raw QUIC (`moqt://`, the ALPN) and WebTransport
+/// (`https://`, the sub-protocol).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Protocol {
 	/// moq-lite-05 (ALPN `moq-lite-05`).
@@ -285,17 +286,48 @@ impl Client {
 				(peer, Some(protocol), Inner::Quic { connection, session })
 			}
 			_ => {
+				// The sub-protocol names the protocol, as the ALPN does over raw QUIC.
+				let offered = match self.protocol.ietf() {
+					Some(version) => version.alpn(),
+					None => moq_quic::ALPN_MOQ_LITE_05,
+				};
 				let request = ConnectRequest {
 					authority: url.authority(),
 					path: url.path.clone(),
-					protocols: vec![String::from_utf8_lossy(moq_quic::ALPN_MOQ_LITE_05).into_owned()],
+					protocols: vec![String::from_utf8_lossy(offered).into_owned()],
 					origin: None,
 				};
 				let (transport, response) = webtransport::connect(&connection, &request)
 					.await
 					.context("WebTransport CONNECT")?;
-				let (session, peer) = self.start(&transport, None).await?;
-				(peer, response.protocol, Inner::WebTransport { transport, session })
+				match self.protocol.ietf() {
+					Some(version) => {
+						let config = self.config(None);
+						let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
+						// The CONNECT carried the path.
+						let (control, setup) = ietf::session::connect(&transport, None, grant, version)
+							.await
+							.context("CLIENT_SETUP")?;
+						let session = ietf::session::start(
+							transport.clone(),
+							control,
+							config,
+							setup,
+							self.publish.clone(),
+							self.subscribe.clone(),
+						);
+						let peer = PeerSetup {
+							path: None,
+							role: Role::Both,
+							origin: 0,
+						};
+						(peer, response.protocol, Inner::IetfWebTransport { transport, session })
+					}
+					None => {
+						let (session, peer) = self.start(&transport, None).await?;
+						(peer, response.protocol, Inner::WebTransport { transport, session })
+					}
+				}
 			}
 		};
 		Ok(Session {
@@ -474,6 +506,11 @@ enum Inner {
 		transport: WebTransport,
 		session: session::Session<WebTransport>,
 	},
+	/// An IETF moq-transport draft over WebTransport (its sub-protocol).
+	IetfWebTransport {
+		transport: WebTransport,
+		session: ietf::session::Session<WebTransport>,
+	},
 	Qmux {
 		conn: QmuxConnection,
 		session: session::Session<QmuxConnection>,
@@ -491,6 +528,7 @@ impl Session {
 			Inner::Quic { session, .. } => session.closed().await,
 			Inner::Ietf { session, .. } => session.closed().await,
 			Inner::WebTransport { session, .. } => session.closed().await,
+			Inner::IetfWebTransport { session, .. } => session.closed().await,
 			Inner::Qmux { session, .. } => session.closed().await,
 		}
 	}
@@ -501,6 +539,7 @@ impl Session {
 			Inner::Quic { session, .. } => session.close(code),
 			Inner::Ietf { session, .. } => session.close(code),
 			Inner::WebTransport { session, .. } => session.close(code),
+			Inner::IetfWebTransport { session, .. } => session.close(code),
 			Inner::Qmux { session, .. } => session.close(code),
 		}
 	}
@@ -521,7 +560,7 @@ impl Session {
 	pub fn transport(&self) -> &'static str {
 		match &self.inner {
 			Inner::Quic { .. } | Inner::Ietf { .. } => "quic",
-			Inner::WebTransport { .. } => "webtransport",
+			Inner::WebTransport { .. } | Inner::IetfWebTransport { .. } => "webtransport",
 			Inner::Qmux { transport, .. } => transport,
 		}
 	}
@@ -534,7 +573,7 @@ impl Session {
 	pub fn connection(&self) -> &Connection {
 		match &self.inner {
 			Inner::Quic { connection, .. } | Inner::Ietf { connection, .. } => connection,
-			Inner::WebTransport { transport, .. } => transport.connection(),
+			Inner::WebTransport { transport, .. } | Inner::IetfWebTransport { transport, .. } => transport.connection(),
 			Inner::Qmux { .. } => panic!("a session over a WebSocket has no QUIC connection"),
 		}
 	}
@@ -543,7 +582,9 @@ impl Session {
 	pub fn quic_connection(&self) -> Option<&Connection> {
 		match &self.inner {
 			Inner::Quic { connection, .. } | Inner::Ietf { connection, .. } => Some(connection),
-			Inner::WebTransport { transport, .. } => Some(transport.connection()),
+			Inner::WebTransport { transport, .. } | Inner::IetfWebTransport { transport, .. } => {
+				Some(transport.connection())
+			}
 			Inner::Qmux { .. } => None,
 		}
 	}
@@ -565,7 +606,7 @@ impl Session {
 	/// The WebTransport session, if the session runs over one.
 	pub fn webtransport(&self) -> Option<&WebTransport> {
 		match &self.inner {
-			Inner::WebTransport { transport, .. } => Some(transport),
+			Inner::WebTransport { transport, .. } | Inner::IetfWebTransport { transport, .. } => Some(transport),
 			Inner::Quic { .. } | Inner::Ietf { .. } | Inner::Qmux { .. } => None,
 		}
 	}
