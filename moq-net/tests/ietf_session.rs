@@ -822,3 +822,107 @@ async fn read_fetch_stream_or_skip(version: Version, peer: &Memory) -> (Option<u
 	}
 	(Some(request_id), objects)
 }
+
+#[test]
+fn a_subscriber_that_never_reads_holds_at_most_its_groups_in_flight_and_others_keep_receiving() {
+	use moq_net::Frame;
+	use moq_net::ietf::message::{Filter, Namespace, Subscribe};
+	use moq_net::lite::session::{Counters, GroupLoss, Limits};
+	use std::sync::Arc;
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let (_broadcast, track, _publication) =
+			local_broadcast(&relay, "live", video(std::time::Duration::from_secs(60), 0));
+		let counters = Arc::new(Counters::default());
+		let limit = 4;
+		let config = Config {
+			limits: Limits {
+				groups_in_flight: limit,
+				..Limits::default()
+			},
+			counters: Some(counters.clone()),
+			..Config::default()
+		};
+		// The hostile peer subscribes and never takes a stream: each group's stream stops at the
+		// transport's window (a group is three frames, the third past it).
+		let (peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer_of(&relay, config, true).await;
+		let subscribe = Subscribe {
+			request_id: 0,
+			namespace: Namespace(vec!["live".into()]),
+			name: "video".into(),
+			subscriber_priority: 0,
+			group_order: 0,
+			forward: true,
+			filter: Filter::LargestObject,
+			params: Parameters::default(),
+		};
+		let mut out = Vec::new();
+		Message::Subscribe(subscribe).encode(&mut out);
+		send.write(out.into()).await.unwrap();
+		let mut buf = Vec::new();
+		read_until(&mut recv, &mut buf, |m| matches!(m, Message::SubscribeOk(_))).await;
+		// A healthy draft-14 viewer of the same track, through its own session.
+		let viewer = Origin::new(7);
+		let _sessions = connect(VERSION, &relay, "/", None, Some(&viewer)).await;
+		let mut cursor = announced(&viewer, "live")
+			.await
+			.subscribe_track("video", Subscription::default())
+			.unwrap();
+		let groups = 10u64;
+		let big = bytes::Bytes::from(vec![7u8; moq_net::transport::memory::WINDOW * 3 / 5]);
+		let publish_big = |sequence: u64| {
+			let mut group = track.create_group(sequence).unwrap();
+			for _ in 0..3 {
+				group
+					.write_frame(Frame::new(moq_net::Timestamp::new(sequence, 1000), big.clone()))
+					.unwrap();
+			}
+			group.finish().unwrap();
+		};
+		let mut take_next = async || {
+			let mut group = cursor.recv_group().await.unwrap().expect("a group");
+			for _ in 0..3 {
+				let frame = group.read_frame().await.unwrap().expect("its frame");
+				assert_eq!(frame.payload.len(), big.len());
+			}
+			group.sequence()
+		};
+		// The first group once the healthy viewer's subscription is there, then the rest: it gets
+		// every one.
+		publish_big(0);
+		assert_eq!(take_next().await, 0);
+		for sequence in 1..groups {
+			publish_big(sequence);
+		}
+		for sequence in 1..groups {
+			assert_eq!(take_next().await, sequence);
+		}
+		// The stalled subscriber's streams: at most `limit` still open, the others reset as newer
+		// groups came (or never opened).
+		let mut turns = 0;
+		while counters.lost(GroupLoss::InFlight) == 0 {
+			turns += 1;
+			assert!(turns < 100_000, "no group was reset");
+			kio::yield_now().await;
+		}
+		let (mut open, mut reset) = (0, 0);
+		while let kio::Either::Left(Ok(mut stream)) = kio::race(peer_end.accept_uni(), std::future::ready(())).await {
+			use moq_net::transport::RecvStreamExt;
+			loop {
+				match kio::race(stream.read(), std::future::ready(())).await {
+					kio::Either::Left(Ok(Some(_))) => continue,
+					kio::Either::Left(Ok(None)) => panic!("a stalled group's stream ended whole"),
+					kio::Either::Left(Err(_)) => reset += 1,
+					kio::Either::Right(()) => open += 1,
+				}
+				break;
+			}
+		}
+		assert!(open <= limit, "{open} streams held open");
+		assert!(
+			reset >= 1 && reset as u64 <= counters.lost(GroupLoss::InFlight),
+			"{reset} reset"
+		);
+	});
+}

@@ -144,6 +144,18 @@ pub mod request_code {
 	pub const INVALID_JOINING_REQUEST_ID_15: u64 = 0x32;
 }
 
+/// The codes a data stream is reset with (drafts 14 to 16).
+pub mod stream_code {
+	/// INTERNAL_ERROR.
+	pub const INTERNAL_ERROR: u64 = 0x0;
+	/// CANCELLED.
+	pub const CANCELLED: u64 = 0x1;
+	/// DELIVERY_TIMEOUT.
+	pub const DELIVERY_TIMEOUT: u64 = 0x2;
+	/// SESSION_CLOSED.
+	pub const SESSION_CLOSED: u64 = 0x3;
+}
+
 /// PUBLISH_DONE's status codes.
 pub mod done_code {
 	/// INTERNAL_ERROR.

@@ -47,7 +47,7 @@ use super::message::{
 	FetchKind, Filter, Location, Message, Namespace, Parameters, RequestError, Subscribe, SubscribeOk,
 	subscribe_options,
 };
-use super::{DRAFT_14, Version, code, done_code, request_code};
+use super::{DRAFT_14, Version, code, done_code, request_code, stream_code};
 use crate::coding::{DecodeError, Encode, encode_varint};
 use crate::lite::session::TRACK_IDLE_LINGER;
 use crate::lite::session::{Budget as SessionBudget, Config, Reader, SessionError};
@@ -1249,7 +1249,8 @@ async fn write_fetch<T: Transport + 'static>(
 	ranges: Vec<FetchRange>,
 ) {
 	let version = inner.version;
-	if let Ok(mut send) = inner.transport.open_uni().await {
+	if let Ok(send) = inner.transport.open_uni().await {
+		let mut send = ResetUnlessDone::new(send);
 		// Below the subscriptions' streams of the same priority: a FETCH fills in the past.
 		send.set_priority(crate::lite::session::stream_priority(255 - priority, false, 0, 0) - 1);
 		let mut out = Vec::new();
@@ -1349,15 +1350,64 @@ async fn send_track<T: Transport + 'static>(
 	inner.subscriptions.borrow_mut().remove(&request_id);
 }
 
+/// A data stream reset, not finished, if dropped before it is done: a group's stream whose task
+/// was aborted to make room for newer groups (or a cancelled FETCH's) must not end as if it were
+/// whole. A transport finishes a dropped stream (as quinn does), which cut an object short: a
+/// strict peer (ours among them) takes that for a protocol violation and closes the session.
+struct ResetUnlessDone<S: SendStream> {
+	stream: S,
+	done: bool,
+}
+
+impl<S: SendStream> ResetUnlessDone<S> {
+	fn new(stream: S) -> Self {
+		Self { stream, done: false }
+	}
+
+	fn finish(&mut self) -> Result<(), TransportError> {
+		self.done = true;
+		self.stream.finish()
+	}
+
+	fn reset(&mut self, code: u64) {
+		self.done = true;
+		self.stream.reset(code);
+	}
+}
+
+impl<S: SendStream> std::ops::Deref for ResetUnlessDone<S> {
+	type Target = S;
+
+	fn deref(&self) -> &S {
+		&self.stream
+	}
+}
+
+impl<S: SendStream> std::ops::DerefMut for ResetUnlessDone<S> {
+	fn deref_mut(&mut self) -> &mut S {
+		&mut self.stream
+	}
+}
+
+impl<S: SendStream> Drop for ResetUnlessDone<S> {
+	fn drop(&mut self) {
+		if !self.done {
+			// The drafts' DELIVERY_TIMEOUT: the subscriber read slower than the track came.
+			self.stream.reset(stream_code::DELIVERY_TIMEOUT);
+		}
+	}
+}
+
 async fn send_group<T: Transport + 'static>(
 	inner: Rc<Inner<T>>,
 	alias: u64,
 	rank: i32,
 	mut group: model::GroupConsumer,
 ) {
-	let Ok(mut send) = inner.transport.open_uni().await else {
+	let Ok(send) = inner.transport.open_uni().await else {
 		return;
 	};
+	let mut send = ResetUnlessDone::new(send);
 	let sequence = group.sequence();
 	// As moq-lite's: the subscriber's priority, then newer groups first.
 	send.set_priority(rank);
