@@ -870,7 +870,7 @@ fn a_subscriber_that_never_reads_holds_at_most_its_groups_in_flight_and_others_k
 			.subscribe_track("video", Subscription::default())
 			.unwrap();
 		let groups = 10u64;
-		let big = bytes::Bytes::from(vec![7u8; moq_net::transport::memory::WINDOW * 3 / 5]);
+		let big = bytes::Bytes::from(vec![7u8; memory::WINDOW * 3 / 5]);
 		let publish_big = |sequence: u64| {
 			let mut group = track.create_group(sequence).unwrap();
 			for _ in 0..3 {
