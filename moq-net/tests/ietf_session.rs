@@ -926,3 +926,38 @@ fn a_subscriber_that_never_reads_holds_at_most_its_groups_in_flight_and_others_k
 		);
 	});
 }
+
+#[test]
+fn a_subscribe_update_is_answered_from_draft_15_on() {
+	use moq_net::ietf::message::Location;
+
+	for version in [Version::Draft15, Version::Draft16] {
+		kio::block_on(async {
+			let relay = Origin::new(100);
+			let (_peer_end, _relay_end, mut send, mut recv, _session) =
+				hostile_peer_in(version, &relay, Config::default(), true).await;
+			let update = Message::SubscribeUpdate {
+				request_id: 0,
+				subscription: 40,
+				start: Location::default(),
+				end_group: 0,
+				subscriber_priority: 3,
+				forward: true,
+				params: Parameters::default(),
+			};
+			let mut out = Vec::new();
+			update.encode_for(version, &mut out).unwrap();
+			send.write(out.into()).await.unwrap();
+			let mut buf = Vec::new();
+			let answer = read_until_in(version, &mut recv, &mut buf, |m| {
+				matches!(m, Message::SubscribeError(_))
+			})
+			.await;
+			let Message::SubscribeError(error) = answer else {
+				unreachable!()
+			};
+			let not_supported = moq_net::ietf::request_code::NOT_SUPPORTED;
+			assert_eq!((error.request_id, error.code), (0, not_supported), "{version:?}");
+		});
+	}
+}

@@ -21,8 +21,9 @@
 //!    its subgroup streams ingested into the track's cache, UNSUBSCRIBE when nobody wants it.
 //!
 //! 4. FETCH and TRACK_STATUS are answered from the track's cache (a FETCH never waits for
-//!    objects, and holds one group at a time); PUBLISH is refused (NOT_SUPPORTED);
-//!    SUBSCRIBE_UPDATE is read and ignored; object datagrams are not read.
+//!    objects, and holds one group at a time); PUBLISH is refused (NOT_SUPPORTED), and so is
+//!    SUBSCRIBE_UPDATE from draft-15 on (draft-14 has no answer: it is read and ignored);
+//!    object datagrams are not read.
 //!
 //! draft-16 moves SUBSCRIBE_NAMESPACE to a stream of its own, answered there with NAMESPACE and
 //! NAMESPACE_DONE (`namespace_stream`, and `ask_for_namespaces` on the subscriber side).
@@ -657,7 +658,14 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 			inner.take_request_id(subscribe.request_id)?;
 			serve_subscribe(inner, subscribe).await;
 		}
-		Message::SubscribeUpdate { request_id, .. } => inner.take_request_id(request_id)?,
+		Message::SubscribeUpdate { request_id, .. } => {
+			inner.take_request_id(request_id)?;
+			// We apply no update: draft-14 has no answer for it; from 15 on one is awaited, and a
+			// peer is told plainly rather than left waiting.
+			if inner.version >= Version::Draft15 {
+				refuse(inner, Message::SubscribeError, request_id).await;
+			}
+		}
 		Message::Unsubscribe(request_id) => {
 			if inner.subscriptions.borrow_mut().remove(&request_id).is_some() {
 				inner
