@@ -961,3 +961,50 @@ fn a_subscribe_update_is_answered_from_draft_15_on() {
 		});
 	}
 }
+
+#[test]
+fn a_namespace_flood_is_held_to_the_session_s_announces() {
+	use moq_net::ietf::message::Namespace;
+	use moq_net::lite::session::Limits;
+
+	kio::block_on(async {
+		let relay = Origin::new(100);
+		let config = Config {
+			limits: Limits {
+				announces: 3,
+				..Limits::default()
+			},
+			..Config::default()
+		};
+		let (_peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer_of(&relay, config, false).await;
+		let mut out = Vec::new();
+		for index in 0..5u64 {
+			Message::PublishNamespace {
+				request_id: 2 * index,
+				namespace: Namespace(vec![format!("flood{index}")]),
+				params: Parameters::default(),
+			}
+			.encode(&mut out);
+		}
+		send.write(out.into()).await.unwrap();
+		// Three taken, two refused: the origin holds three.
+		let mut buf = Vec::new();
+		let mut answers = Vec::new();
+		while answers.len() < 5 {
+			let answer = read_until(&mut recv, &mut buf, |m| {
+				matches!(m, Message::PublishNamespaceOk(_) | Message::PublishNamespaceError(_))
+			})
+			.await;
+			answers.push(match answer {
+				Message::PublishNamespaceOk(id) => (id, true),
+				Message::PublishNamespaceError(error) => (error.request_id, false),
+				_ => unreachable!(),
+			});
+		}
+		assert_eq!(answers, [(0, true), (2, true), (4, true), (6, false), (8, false)]);
+		for index in 0..3 {
+			announced(&relay, &format!("flood{index}")).await;
+		}
+		assert!(relay.consumer().broadcast(&Path::new("flood3")).is_err());
+	});
+}
