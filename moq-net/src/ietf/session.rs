@@ -1080,13 +1080,11 @@ async fn track_status<T: Transport + 'static>(inner: &Rc<Inner<T>>, status: Subs
 		return;
 	};
 	let mut largest = None;
-	if let Some(mut group) = track.latest() {
-		let mut held = 0u64;
-		while let kio::Either::Left(Ok(Some(_))) = kio::race(group.read_frame(), std::future::ready(())).await {
-			held += 1;
-		}
+	if let Some(group) = track.latest() {
+		let sequence = group.sequence();
+		let held = objects_held(group).await;
 		largest = held.checked_sub(1).map(|object| Location {
-			group: group.sequence(),
+			group: sequence,
 			object,
 		});
 	}
@@ -1195,13 +1193,10 @@ async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u
 		let Some(end) = end.filter(|end| (start.group..=end.group).contains(&sequence)) else {
 			continue;
 		};
-		let Some(mut group) = track.get_group(sequence) else {
+		let Some(group) = track.get_group(sequence) else {
 			continue;
 		};
-		let mut held = 0u64;
-		while let kio::Either::Left(Ok(Some(_))) = kio::race(group.read_frame(), std::future::ready(())).await {
-			held += 1;
-		}
+		let held = objects_held(group).await;
 		let from = if sequence == start.group { start.object } else { 0 };
 		let until = match end.object {
 			object if object != 0 && sequence == end.group => held.min(object),
@@ -1238,6 +1233,15 @@ async fn serve_fetch<T: Transport + 'static>(inner: &Rc<Inner<T>>, request_id: u
 		ranges,
 	)));
 	inner.fetches.borrow_mut().insert(request_id, task);
+}
+
+/// How many objects `group` holds now (a group still being written is not waited for).
+async fn objects_held(mut group: model::GroupConsumer) -> u64 {
+	let mut held = 0;
+	while let kio::Either::Left(Ok(Some(_))) = kio::race(group.read_frame(), std::future::ready(())).await {
+		held += 1;
+	}
+	held
 }
 
 /// A group's objects a FETCH sends: from `from` to before `until`.
