@@ -1008,3 +1008,53 @@ fn a_namespace_flood_is_held_to_the_session_s_announces() {
 		assert!(relay.consumer().broadcast(&Path::new("flood3")).is_err());
 	});
 }
+
+#[test]
+fn a_subscribe_before_its_announce_is_refused_and_one_after_it_is_served() {
+	use moq_net::ietf::message::{Filter, Namespace, Subscribe};
+
+	for version in Version::ALL {
+		kio::block_on(async {
+			let relay = Origin::new(100);
+			let (_peer_end, _relay_end, mut send, mut recv, _session) =
+				hostile_peer_in(version, &relay, Config::default(), true).await;
+			let subscribe = |request_id| {
+				Message::Subscribe(Subscribe {
+					request_id,
+					namespace: Namespace(vec!["later".into()]),
+					name: "video".into(),
+					subscriber_priority: 0,
+					group_order: 0,
+					forward: true,
+					filter: Filter::LargestObject,
+					params: Parameters::default(),
+				})
+			};
+			let mut out = Vec::new();
+			subscribe(0).encode_for(version, &mut out).unwrap();
+			send.write(out.into()).await.unwrap();
+			// Nothing is published there yet: refused at once (DOES_NOT_EXIST), not held.
+			let mut buf = Vec::new();
+			let refused = read_until_in(version, &mut recv, &mut buf, |m| {
+				matches!(m, Message::SubscribeError(_))
+			})
+			.await;
+			let Message::SubscribeError(error) = refused else {
+				unreachable!()
+			};
+			let does_not_exist = match version {
+				Version::Draft14 => 0x4,
+				_ => 0x10,
+			};
+			assert_eq!((error.request_id, error.code), (0, does_not_exist), "{version:?}");
+			// Announced, the same SUBSCRIBE is served.
+			let _later = local_broadcast(&relay, "later", video(std::time::Duration::from_secs(1), 0));
+			let mut out = Vec::new();
+			subscribe(2).encode_for(version, &mut out).unwrap();
+			send.write(out.into()).await.unwrap();
+			let ok = read_until_in(version, &mut recv, &mut buf, |m| matches!(m, Message::SubscribeOk(_))).await;
+			let Message::SubscribeOk(ok) = ok else { unreachable!() };
+			assert_eq!(ok.request_id, 2, "{version:?}");
+		});
+	}
+}
