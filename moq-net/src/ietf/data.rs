@@ -179,6 +179,10 @@ impl ObjectHeader {
 	}
 }
 
+/// draft-14's fetch object as draft-15's flags would say it: group, subgroup, object and
+/// priority written out, an extensions block always.
+const DRAFT_14_FLAGS: u64 = 0x3f;
+
 /// A FETCH's stream opens with this type, then the FETCH's request id.
 pub const FETCH_HEADER: u64 = 0x05;
 
@@ -213,28 +217,9 @@ impl FetchObject {
 	/// Reads one as `version` has it, `previous` being the object before it on the stream.
 	/// `None` for draft-16's end-of-range markers (which carry a location and no object).
 	pub fn decode_for(buf: &mut &[u8], version: Version, previous: Option<&Self>) -> Result<Option<Self>, DecodeError> {
-		if version == Version::Draft14 {
-			let group = decode_varint(buf)?;
-			let subgroup = decode_varint(buf)?;
-			let object = decode_varint(buf)?;
-			let (&publisher_priority, rest) = buf.split_first().ok_or(DecodeError::Short)?;
-			*buf = rest;
-			let extensions = Some(Bytes::copy_from_slice(crate::coding::decode_bytes(
-				buf,
-				MAX_EXTENSIONS,
-			)?));
-			let (length, status) = length_and_status(buf, true)?;
-			return Ok(Some(Self {
-				group,
-				subgroup,
-				object,
-				publisher_priority,
-				extensions,
-				length,
-				status,
-			}));
-		}
 		let flags = match version {
+			// Every field, the extensions block always: the flags that say so, not on the wire.
+			Version::Draft14 => DRAFT_14_FLAGS,
 			Version::Draft15 => {
 				let (&flags, rest) = buf.split_first().ok_or(DecodeError::Short)?;
 				*buf = rest;
@@ -284,7 +269,7 @@ impl FetchObject {
 				MAX_EXTENSIONS,
 			)?)),
 		};
-		let (length, status) = length_and_status(buf, version == Version::Draft15)?;
+		let (length, status) = length_and_status(buf, version <= Version::Draft15)?;
 		Ok(Some(Self {
 			group,
 			subgroup,
@@ -298,33 +283,27 @@ impl FetchObject {
 
 	/// Writes it as `version` has it, every field present.
 	pub fn emit_for(&self, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-		if version == Version::Draft14 {
-			encode_varint(self.group, out)?;
+		let flags = match version {
+			Version::Draft14 => DRAFT_14_FLAGS,
+			_ => {
+				let subgroup = if self.subgroup == 0 { 0 } else { 0x3 };
+				Self::EXPLICIT | subgroup | u64::from(self.extensions.is_some()) << 5
+			}
+		};
+		match version {
+			Version::Draft14 => {}
+			Version::Draft15 => out.push(flags as u8),
+			_ => encode_varint(flags, out)?,
+		}
+		encode_varint(self.group, out)?;
+		if flags & 0x3 == 0x3 {
 			encode_varint(self.subgroup, out)?;
-			encode_varint(self.object, out)?;
-			out.push(self.publisher_priority);
+		}
+		encode_varint(self.object, out)?;
+		out.push(self.publisher_priority);
+		if flags & 0x20 != 0 {
 			let extensions = self.extensions.as_deref().unwrap_or_default();
 			crate::coding::encode_bytes(extensions, MAX_EXTENSIONS, out)?;
-		} else {
-			let subgroup = match self.subgroup {
-				0 => 0,
-				_ => 0x3,
-			};
-			let extensions = u64::from(self.extensions.is_some()) << 5;
-			let flags = 0x1c | subgroup | extensions;
-			match version {
-				Version::Draft15 => out.push(flags as u8),
-				_ => encode_varint(flags, out)?,
-			}
-			encode_varint(self.group, out)?;
-			if subgroup != 0 {
-				encode_varint(self.subgroup, out)?;
-			}
-			encode_varint(self.object, out)?;
-			out.push(self.publisher_priority);
-			if let Some(extensions) = &self.extensions {
-				crate::coding::encode_bytes(extensions, MAX_EXTENSIONS, out)?;
-			}
 		}
 		encode_varint(self.length, out)?;
 		if self.length == 0 && version <= Version::Draft15 {

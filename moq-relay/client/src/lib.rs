@@ -258,26 +258,8 @@ impl Client {
 		let (peer, protocol, inner) = match url.scheme {
 			Scheme::Moqt if self.protocol.ietf().is_some() => {
 				let version = self.protocol.ietf().expect("a draft");
-				let config = self.config(None);
-				let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
-				let (control, setup) = ietf::session::connect(&connection, Some(&url.path), grant, version)
-					.await
-					.context("CLIENT_SETUP")?;
-				let session = ietf::session::start(
-					connection.clone(),
-					control,
-					config,
-					setup,
-					self.publish.clone(),
-					self.subscribe.clone(),
-				);
+				let (session, peer) = self.start_ietf(&connection, Some(&url.path), version).await?;
 				let protocol = String::from_utf8_lossy(alpn).into_owned();
-				// A draft's SETUP carries neither a role nor an origin id.
-				let peer = PeerSetup {
-					path: None,
-					role: Role::Both,
-					origin: 0,
-				};
 				(peer, Some(protocol), Inner::Ietf { connection, session })
 			}
 			Scheme::Moqt => {
@@ -302,25 +284,8 @@ impl Client {
 					.context("WebTransport CONNECT")?;
 				match self.protocol.ietf() {
 					Some(version) => {
-						let config = self.config(None);
-						let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
 						// The CONNECT carried the path.
-						let (control, setup) = ietf::session::connect(&transport, None, grant, version)
-							.await
-							.context("CLIENT_SETUP")?;
-						let session = ietf::session::start(
-							transport.clone(),
-							control,
-							config,
-							setup,
-							self.publish.clone(),
-							self.subscribe.clone(),
-						);
-						let peer = PeerSetup {
-							path: None,
-							role: Role::Both,
-							origin: 0,
-						};
+						let (session, peer) = self.start_ietf(&transport, None, version).await?;
 						(peer, response.protocol, Inner::IetfWebTransport { transport, session })
 					}
 					None => {
@@ -443,6 +408,36 @@ impl Client {
 			self.publish.clone(),
 			self.subscribe.clone(),
 		);
+		Ok((session, peer))
+	}
+
+	/// A draft's CLIENT_SETUP over `transport` (with `path` where no CONNECT carried it), then
+	/// the session.
+	async fn start_ietf<T: Transport + Clone + 'static>(
+		&self,
+		transport: &T,
+		path: Option<&str>,
+		version: ietf::Version,
+	) -> anyhow::Result<(ietf::session::Session<T>, PeerSetup)> {
+		let config = self.config(None);
+		let grant = ietf::session::initial_grant(&config, ietf::session::Side::Server);
+		let (control, setup) = ietf::session::connect(transport, path, grant, version)
+			.await
+			.context("CLIENT_SETUP")?;
+		let session = ietf::session::start(
+			transport.clone(),
+			control,
+			config,
+			setup,
+			self.publish.clone(),
+			self.subscribe.clone(),
+		);
+		// A draft's SETUP carries neither a role nor an origin id.
+		let peer = PeerSetup {
+			path: None,
+			role: Role::Both,
+			origin: 0,
+		};
 		Ok((session, peer))
 	}
 }
