@@ -51,7 +51,7 @@ use super::message::{
 use super::{DRAFT_14, Version, code, done_code, request_code, stream_code};
 use crate::coding::{DecodeError, Encode, encode_varint};
 use crate::lite::session::TRACK_IDLE_LINGER;
-use crate::lite::session::{Budget as SessionBudget, Config, Reader, SessionError};
+use crate::lite::session::{Budget as SessionBudget, Config, Reader, Sending, SessionError};
 use crate::model::{
 	self, BroadcastProducer, Frame, OriginConsumer, OriginProducer, Path, Publication, Route, Subscription, Timestamp,
 	TrackConsumer, TrackInfo, TrackProducer,
@@ -1262,9 +1262,11 @@ async fn write_fetch<T: Transport + 'static>(
 ) {
 	let version = inner.version;
 	if let Ok(send) = inner.transport.open_uni().await {
-		let mut send = ResetUnlessDone::new(send);
+		// Reset if a FETCH_CANCEL aborts it.
+		let mut send = Sending::resetting_with(send, stream_code::CANCELLED);
 		// Below the subscriptions' streams of the same priority: a FETCH fills in the past.
-		send.set_priority(crate::lite::session::stream_priority(255 - priority, false, 0, 0) - 1);
+		send.send
+			.set_priority(crate::lite::session::stream_priority(255 - priority, false, 0, 0) - 1);
 		let mut out = Vec::new();
 		let mut written = encode_varint(FETCH_HEADER, &mut out).and_then(|()| encode_varint(request_id, &mut out));
 		'ranges: for range in ranges {
@@ -1294,8 +1296,8 @@ async fn write_fetch<T: Transport + 'static>(
 					break 'ranges;
 				}
 				let mut head = Bytes::from(std::mem::take(&mut out));
-				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
-					|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
+				if kio::wait(|w| send.send.poll_write(w, &mut head)).await.is_err()
+					|| kio::wait(|w| send.send.poll_write(w, &mut payload)).await.is_err()
 				{
 					written = Err(crate::coding::EncodeError::BoundsExceeded);
 					break 'ranges;
@@ -1305,7 +1307,7 @@ async fn write_fetch<T: Transport + 'static>(
 		match written {
 			Ok(()) => {
 				let mut head = Bytes::from(out);
-				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_ok() {
+				if kio::wait(|w| send.send.poll_write(w, &mut head)).await.is_ok() {
 					let _ = send.finish();
 				}
 			}
@@ -1362,54 +1364,6 @@ async fn send_track<T: Transport + 'static>(
 	inner.subscriptions.borrow_mut().remove(&request_id);
 }
 
-/// A data stream reset, not finished, if dropped before it is done: a group's stream whose task
-/// was aborted to make room for newer groups (or a cancelled FETCH's) must not end as if it were
-/// whole. A transport finishes a dropped stream (as quinn does), which cut an object short: a
-/// strict peer (ours among them) takes that for a protocol violation and closes the session.
-struct ResetUnlessDone<S: SendStream> {
-	stream: S,
-	done: bool,
-}
-
-impl<S: SendStream> ResetUnlessDone<S> {
-	fn new(stream: S) -> Self {
-		Self { stream, done: false }
-	}
-
-	fn finish(&mut self) -> Result<(), TransportError> {
-		self.done = true;
-		self.stream.finish()
-	}
-
-	fn reset(&mut self, code: u64) {
-		self.done = true;
-		self.stream.reset(code);
-	}
-}
-
-impl<S: SendStream> std::ops::Deref for ResetUnlessDone<S> {
-	type Target = S;
-
-	fn deref(&self) -> &S {
-		&self.stream
-	}
-}
-
-impl<S: SendStream> std::ops::DerefMut for ResetUnlessDone<S> {
-	fn deref_mut(&mut self) -> &mut S {
-		&mut self.stream
-	}
-}
-
-impl<S: SendStream> Drop for ResetUnlessDone<S> {
-	fn drop(&mut self) {
-		if !self.done {
-			// The drafts' DELIVERY_TIMEOUT: the subscriber read slower than the track came.
-			self.stream.reset(stream_code::DELIVERY_TIMEOUT);
-		}
-	}
-}
-
 async fn send_group<T: Transport + 'static>(
 	inner: Rc<Inner<T>>,
 	alias: u64,
@@ -1419,11 +1373,13 @@ async fn send_group<T: Transport + 'static>(
 	let Ok(send) = inner.transport.open_uni().await else {
 		return;
 	};
-	let mut send = ResetUnlessDone::new(send);
+	// Reset, not finished, if its task is aborted to make room for newer groups: the drafts'
+	// DELIVERY_TIMEOUT (the subscriber read slower than the track came).
+	let mut send = Sending::resetting_with(send, stream_code::DELIVERY_TIMEOUT);
 	let sequence = group.sequence();
 	// As moq-lite's: the subscriber's priority, then newer groups first.
-	send.set_priority(rank);
-	send.set_group(sequence);
+	send.send.set_priority(rank);
+	send.send.set_group(sequence);
 	let header = SubgroupHeader {
 		track_alias: alias,
 		group: sequence,
@@ -1449,8 +1405,8 @@ async fn send_group<T: Transport + 'static>(
 				}
 				let mut head = Bytes::from(std::mem::take(&mut out));
 				let mut payload = frame.payload.clone();
-				if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err()
-					|| kio::wait(|w| send.poll_write(w, &mut payload)).await.is_err()
+				if kio::wait(|w| send.send.poll_write(w, &mut head)).await.is_err()
+					|| kio::wait(|w| send.send.poll_write(w, &mut payload)).await.is_err()
 				{
 					return;
 				}
@@ -1463,7 +1419,7 @@ async fn send_group<T: Transport + 'static>(
 			Ok(None) => {
 				if !out.is_empty() {
 					let mut head = Bytes::from(out);
-					if kio::wait(|w| send.poll_write(w, &mut head)).await.is_err() {
+					if kio::wait(|w| send.send.poll_write(w, &mut head)).await.is_err() {
 						return;
 					}
 				}

@@ -315,15 +315,27 @@ pub(crate) async fn write_typed_for<S: SendStream, M: VersionedEncode>(
 }
 
 /// A send stream that is reset with code 0 (Cancel) if dropped before it finished: a task
-/// aborted mid-group abandons its stream instead of pretending it completed.
+/// aborted mid-group abandons its stream instead of pretending it completed (a transport
+/// finishes a dropped stream, as quinn does, which would cut a message short).
 pub(crate) struct Sending<S: SendStream> {
 	pub(crate) send: S,
 	done: bool,
+	/// The code a drop resets it with.
+	dropped: u64,
 }
 
 impl<S: SendStream> Sending<S> {
 	pub(crate) fn new(send: S) -> Self {
-		Self { send, done: false }
+		Self::resetting_with(send, 0)
+	}
+
+	/// One a drop resets with `code` (a protocol whose codes are not moq-lite's).
+	pub(crate) fn resetting_with(send: S, code: u64) -> Self {
+		Self {
+			send,
+			done: false,
+			dropped: code,
+		}
 	}
 
 	pub(crate) fn finish(&mut self) -> Result<(), SessionError> {
@@ -340,7 +352,7 @@ impl<S: SendStream> Sending<S> {
 impl<S: SendStream> Drop for Sending<S> {
 	fn drop(&mut self) {
 		if !self.done {
-			self.send.reset(0);
+			self.send.reset(self.dropped);
 		}
 	}
 }

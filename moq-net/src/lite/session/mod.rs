@@ -41,7 +41,7 @@ mod budget;
 pub(crate) use budget::Budget;
 pub use budget::Pace;
 mod io;
-pub(crate) use io::Reader;
+pub(crate) use io::{Reader, Sending};
 mod publisher;
 pub(crate) use publisher::stream_priority;
 mod subscriber;
