@@ -158,13 +158,18 @@ async fn open_quic(
 			let grant_ids = ietf::session::initial_grant(&config, ietf::session::Side::Client);
 			let (control, peer) = ietf_setup_by(&conn, grant_ids, version, deadline, remote).await?;
 			(
-				path_with_token(peer.path.clone(), peer.token.as_deref()),
+				peer.path.clone(),
 				PeerSetup::Ietf(Box::new(control), peer),
 				ietf::code::UNAUTHORIZED,
 			)
 		}
 	};
-	let Some(grant) = authorize(relay, &path.unwrap_or_default(), remote) else {
+	// A draft's client may give its token as AUTHORIZATION_TOKEN rather than in the path.
+	let token = match &peer {
+		PeerSetup::Ietf(_, setup) => setup.token.as_deref(),
+		PeerSetup::Lite(_) => None,
+	};
+	let Some(grant) = authorize(relay, &path.unwrap_or_default(), token, remote) else {
 		conn.close(unauthorized, "unauthorized");
 		return None;
 	};
@@ -206,7 +211,7 @@ async fn open_webtransport(
 			return None;
 		}
 	};
-	let Some(grant) = authorize(relay, &request.connect.path, remote) else {
+	let Some(grant) = authorize(relay, &request.connect.path, None, remote) else {
 		request.reject(
 			403,
 			h3::error_to_http3(ErrorCode::Unauthorized.code() as u32),
@@ -312,28 +317,10 @@ pub(crate) async fn setup_by<T: Transport>(
 	}
 }
 
-/// A draft client's PATH with its AUTHORIZATION_TOKEN as the `jwt` query parameter, when the
-/// path carries none: the token is checked as moq-lite's `?jwt=` is. A token with a byte no JWT
-/// has (one that could add a parameter to the query) is left out.
-fn path_with_token(path: Option<String>, token: Option<&str>) -> Option<String> {
-	let jwt_bytes = |token: &str| token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.=".contains(&b));
-	let Some(token) = token.filter(|token| !token.is_empty() && jwt_bytes(token)) else {
-		return path;
-	};
-	let path = path.unwrap_or_else(|| "/".into());
-	let has_jwt = path
-		.split_once('?')
-		.is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("jwt=")));
-	if has_jwt {
-		return Some(path);
-	}
-	let separator = if path.contains('?') { '&' } else { '?' };
-	Some(format!("{path}{separator}jwt={token}"))
-}
-
-/// Checks `url` (path and query); the grant, or `None` (counted and logged) when refused.
-pub(crate) fn authorize(relay: &Relay, url: &str, remote: SocketAddr) -> Option<Grant> {
-	match relay.auth.verify_url(url, SystemTime::now()) {
+/// Checks `url` (path and query), or `token` where the query carries none; the grant, or `None`
+/// (counted and logged) when refused.
+pub(crate) fn authorize(relay: &Relay, url: &str, token: Option<&str>, remote: SocketAddr) -> Option<Grant> {
+	match relay.auth.verify_url_or_token(url, token, SystemTime::now()) {
 		Ok(grant) => Some(grant),
 		Err(err) => {
 			relay.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -508,22 +495,7 @@ fn escaped(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-	use super::{escaped, path_with_token};
-
-	#[test]
-	fn a_draft_token_joins_the_path_as_its_jwt() {
-		let path = |p: &str| Some(p.to_owned());
-		assert_eq!(path_with_token(path("/room"), Some("a.b.c")), path("/room?jwt=a.b.c"));
-		assert_eq!(
-			path_with_token(path("/room?x=1"), Some("a.b.c")),
-			path("/room?x=1&jwt=a.b.c")
-		);
-		assert_eq!(path_with_token(None, Some("a.b.c")), path("/?jwt=a.b.c"));
-		// The path's own token wins; a token that would add to the query is left out.
-		assert_eq!(path_with_token(path("/?jwt=p"), Some("a.b.c")), path("/?jwt=p"));
-		assert_eq!(path_with_token(path("/"), Some("a&root=x")), path("/"));
-		assert_eq!(path_with_token(path("/"), None), path("/"));
-	}
+	use super::escaped;
 
 	#[test]
 	fn peer_strings_cannot_forge_log_lines() {

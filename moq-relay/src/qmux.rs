@@ -86,7 +86,7 @@ pub(crate) async fn serve_websocket(relay: Arc<Relay>, request: WebSocket, shutd
 		debug!(%peer, ?offered, "websocket: no sub-protocol in common");
 		return refuse(&mut stream, 400, "no supported protocol", deadline).await;
 	};
-	let Some(grant) = authorize(&relay, &target, peer) else {
+	let Some(grant) = authorize(&relay, &target, None, peer) else {
 		return refuse(&mut stream, 401, "unauthorized", deadline).await;
 	};
 	let Some(admitted) = admit(&relay, peer, stream.is_tls()) else {
@@ -275,7 +275,7 @@ async fn run(
 	};
 	if let Some((session_config, setup)) = opened {
 		let grant = grant.or_else(|| {
-			let grant = authorize(relay, setup.path.as_deref().unwrap_or_default(), peer);
+			let grant = authorize(relay, setup.path.as_deref().unwrap_or_default(), None, peer);
 			if grant.is_none() {
 				conn.close(ErrorCode::Unauthorized.code(), "unauthorized");
 			}

@@ -247,16 +247,31 @@ impl Auth {
 
 	/// Decides what a connection to `path_and_query` (SETUP's `Path`, `path[?query]`) may do.
 	pub fn verify_url(&self, path_and_query: &str, now: SystemTime) -> Result<Grant, AuthError> {
-		match path_and_query.split_once('?') {
-			Some((path, query)) => self.verify(path, Some(query), now),
-			None => self.verify(path_and_query, None, now),
-		}
+		self.verify_url_or_token(path_and_query, None, now)
+	}
+
+	/// [`verify_url`](Self::verify_url), with `token` checked when the query has no `jwt` (an
+	/// IETF client's AUTHORIZATION_TOKEN: the token travels beside the path, not in it).
+	pub fn verify_url_or_token(
+		&self,
+		path_and_query: &str,
+		token: Option<&str>,
+		now: SystemTime,
+	) -> Result<Grant, AuthError> {
+		let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+		let token = jwt_param(query)?.or_else(|| token.map(str::to_owned));
+		self.verify_token_for(path, token, now)
 	}
 
 	/// Decides what a connection to `path` with `query` (without the `?`) may do.
 	pub fn verify(&self, path: &str, query: Option<&str>, now: SystemTime) -> Result<Grant, AuthError> {
+		self.verify_token_for(path, jwt_param(query.unwrap_or(""))?, now)
+	}
+
+	/// What a connection to `path` may do with `token`, or without one.
+	fn verify_token_for(&self, path: &str, token: Option<String>, now: SystemTime) -> Result<Grant, AuthError> {
 		let root = Path::new(path);
-		let Some(token) = jwt_param(query.unwrap_or(""))? else {
+		let Some(token) = token else {
 			let publish = rebase(&self.anonymous_publish, &root);
 			let subscribe = rebase(&self.anonymous_subscribe, &root);
 			if publish.is_empty() && subscribe.is_empty() {
@@ -434,6 +449,27 @@ mod tests {
 		assert_eq!(base64url_decode("QQ=="), None, "padding");
 		assert_eq!(base64url_decode("QUJDR"), None, "4n + 1 characters");
 		assert_eq!(base64url_decode("QU+C"), None, "the standard alphabet");
+	}
+
+	#[test]
+	fn a_token_beside_the_path_counts_where_the_query_has_none() {
+		let auth = auth(hs256_keys(SECRET));
+		let exp = now() + Duration::from_secs(60);
+		let token = sign_hs256(&json!({"root": "live", "get": [""], "exp": secs(exp)}), SECRET);
+		let other = sign_hs256(&json!({"root": "live", "put": [""], "exp": secs(exp)}), SECRET);
+		// The token beside the path, with or without a query.
+		let grant = auth.verify_url_or_token("/live", Some(&token), now()).unwrap();
+		assert_eq!((grant.root, grant.subscribe), (Path::new("live"), paths(&[""])));
+		let grant = auth.verify_url_or_token("/live?x=1", Some(&token), now()).unwrap();
+		assert_eq!(grant.subscribe, paths(&[""]));
+		// The path's own token wins.
+		let grant = auth
+			.verify_url_or_token(&format!("/live?jwt={other}"), Some(&token), now())
+			.unwrap();
+		assert_eq!((grant.publish, grant.subscribe), (paths(&[""]), Vec::new()));
+		// None at all; and a token that would add to a query is just a bad token.
+		assert_eq!(refused(auth.verify_url_or_token("/live", None, now())), Reason::NoToken);
+		assert!(auth.verify_url_or_token("/live", Some("a&root=x"), now()).is_err());
 	}
 
 	#[test]
