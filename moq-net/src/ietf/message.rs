@@ -675,15 +675,9 @@ pub enum Message {
 	NamespaceDone(Namespace),
 	/// draft-16's 0x09: no longer published, by the PUBLISH_NAMESPACE's request id.
 	PublishNamespaceDoneRequest(u64),
-	/// draft-16's 0x0C: the receiver takes no more of a PUBLISH_NAMESPACE, by its request id.
-	PublishNamespaceCancelRequest {
-		/// The PUBLISH_NAMESPACE.
-		request_id: u64,
-		/// Why.
-		code: u64,
-		/// In words.
-		reason: String,
-	},
+	/// draft-16's 0x0C: the receiver takes no more of a PUBLISH_NAMESPACE, by its request id
+	/// (draft-14's error layout: `request id, code, reason`).
+	PublishNamespaceCancelRequest(RequestError),
 }
 
 /// What a draft-16 SUBSCRIBE_NAMESPACE asks for.
@@ -735,7 +729,7 @@ impl Message {
 			Self::Namespace(_) => 0x08,
 			Self::NamespaceDone(_) => 0x0e,
 			Self::PublishNamespaceDoneRequest(_) => 0x09,
-			Self::PublishNamespaceCancelRequest { .. } => 0x0c,
+			Self::PublishNamespaceCancelRequest(_) => 0x0c,
 		}
 	}
 
@@ -960,7 +954,7 @@ impl Message {
 			Self::Namespace(_)
 			| Self::NamespaceDone(_)
 			| Self::PublishNamespaceDoneRequest(_)
-			| Self::PublishNamespaceCancelRequest { .. } => Err(EncodeError::NotInVersion("a draft-16 message")),
+			| Self::PublishNamespaceCancelRequest(_) => Err(EncodeError::NotInVersion("a draft-16 message")),
 		}
 	}
 
@@ -1107,11 +1101,7 @@ impl Message {
 			0x08 => Self::Namespace(Namespace::decode(buf)?),
 			0x0e => Self::NamespaceDone(Namespace::decode(buf)?),
 			0x09 => Self::PublishNamespaceDoneRequest(decode_varint(buf)?),
-			0x0c => Self::PublishNamespaceCancelRequest {
-				request_id: decode_varint(buf)?,
-				code: decode_varint(buf)?,
-				reason: decode_reason(buf)?,
-			},
+			0x0c => Self::PublishNamespaceCancelRequest(RequestError::decode(buf)?),
 			0x11 => {
 				let request_id = decode_varint(buf)?;
 				let prefix = Namespace::decode(buf)?;
@@ -1145,15 +1135,7 @@ impl Message {
 			Self::SubscribeError(error) => error.emit_16(out),
 			Self::Namespace(suffix) | Self::NamespaceDone(suffix) => suffix.emit(out),
 			Self::PublishNamespaceDoneRequest(id) => encode_varint(*id, out),
-			Self::PublishNamespaceCancelRequest {
-				request_id,
-				code,
-				reason,
-			} => {
-				encode_varint(*request_id, out)?;
-				encode_varint(*code, out)?;
-				encode_bytes(reason.as_bytes(), MAX_REASON, out)
-			}
+			Self::PublishNamespaceCancelRequest(cancel) => cancel.emit(out),
 			Self::SubscribeNamespace {
 				request_id,
 				prefix,

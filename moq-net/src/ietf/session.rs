@@ -650,7 +650,7 @@ async fn handle<T: Transport + Clone + 'static>(inner: &Rc<Inner<T>>, message: M
 			}
 		}
 		// draft-16: we answer SUBSCRIBE_NAMESPACE with NAMESPACE, never PUBLISH_NAMESPACE.
-		Message::PublishNamespaceCancelRequest { .. } => {}
+		Message::PublishNamespaceCancelRequest(_) => {}
 		Message::UnsubscribeNamespace(prefix) => {
 			inner.announcers.borrow_mut().remove(&prefix);
 		}

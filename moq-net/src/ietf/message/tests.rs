@@ -454,11 +454,12 @@ fn draft_16_writes_parameter_types_as_deltas_and_moves_namespaces_to_their_own_s
 	both_ways_16(Message::NamespaceDone(Namespace(vec!["a".into()])), "0e 00 03 01 01 61");
 	both_ways_16(Message::PublishNamespaceDoneRequest(6), "09 00 01 06");
 	both_ways_16(
-		Message::PublishNamespaceCancelRequest {
+		Message::PublishNamespaceCancelRequest(RequestError {
 			request_id: 6,
 			code: 0x4,
+			retry_interval: 0,
 			reason: String::new(),
-		},
+		}),
 		"0c 00 03 06 04 00",
 	);
 	// SUBSCRIBE_OK ends with the track's extensions (DEFAULT_PUBLISHER_GROUP_ORDER = 2 here):
