@@ -155,21 +155,7 @@ async fn read_until<R: moq_net::transport::RecvStream>(
 	buf: &mut Vec<u8>,
 	matches: impl Fn(&Message) -> bool,
 ) -> Message {
-	use moq_net::coding::Decode;
-	use moq_net::transport::RecvStreamExt;
-	loop {
-		let mut view = &buf[..];
-		if let Ok(message) = Message::decode(&mut view) {
-			let used = buf.len() - view.len();
-			buf.drain(..used);
-			if matches(&message) {
-				return message;
-			}
-			continue;
-		}
-		let chunk = recv.read().await.unwrap().expect("the relay's control stream");
-		buf.extend_from_slice(&chunk);
-	}
+	read_until_in(VERSION, recv, buf, matches).await
 }
 
 #[test]
@@ -191,18 +177,9 @@ fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
 			counters: Some(counters.clone()),
 			..Config::default()
 		};
-		let (peer_end, relay_end) = memory::pair();
-		let grant = session::initial_grant(&config, session::Side::Client);
-		let relay_end2 = relay_end.clone();
-		let accept = kio::spawn(async move { session::accept(&relay_end2, grant, VERSION).await });
 		// The hostile peer, by hand: its SETUP, then a namespace.
-		let (mut send, mut recv) = peer_end.open_bi().await.unwrap();
+		let (peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer(&relay, config).await;
 		let mut out = Vec::new();
-		Message::ClientSetup {
-			versions: vec![DRAFT_14],
-			params: Parameters::default().with_int(0x2, 100),
-		}
-		.encode(&mut out);
 		Message::PublishNamespace {
 			request_id: 0,
 			namespace: Namespace(vec!["x".into()]),
@@ -210,8 +187,6 @@ fn objects_left_unfinished_on_many_streams_hold_at_most_the_partial_budget() {
 		}
 		.encode(&mut out);
 		send.write(out.into()).await.unwrap();
-		let (control, peer) = accept.await.unwrap().unwrap();
-		let _session = session::start(relay_end, control, config, peer, None, Some(relay.producer()));
 		// A viewer asks for a track of it: the relay SUBSCRIBEs, and the peer answers.
 		let cursor = announced(&relay, "x")
 			.await
@@ -300,47 +275,24 @@ fn a_session_that_ends_withdraws_what_its_peer_published() {
 	});
 }
 
-/// A hostile peer's session, set up by hand: its control stream's two halves and the relay's
-/// session (which subscribes into `relay`, and publishes from it if `publish`), with `config`.
-async fn hostile_peer(
-	relay: &Origin,
-	config: Config,
-) -> (
+/// A hand-driven peer: its end, the relay's end, its control stream's two halves, and the
+/// relay's session with it.
+type HostilePeer = (
 	Memory,
 	Memory,
 	<Memory as moq_net::transport::Transport>::SendHalf,
 	<Memory as moq_net::transport::Transport>::RecvHalf,
 	Session<Memory>,
-) {
-	hostile_peer_of(relay, config, false).await
+);
+
+/// A draft-14 peer (see [`hostile_peer_in`]) of a relay session that only takes in.
+async fn hostile_peer(relay: &Origin, config: Config) -> HostilePeer {
+	hostile_peer_in(VERSION, relay, config, false).await
 }
 
-async fn hostile_peer_of(
-	relay: &Origin,
-	config: Config,
-	publish: bool,
-) -> (
-	Memory,
-	Memory,
-	<Memory as moq_net::transport::Transport>::SendHalf,
-	<Memory as moq_net::transport::Transport>::RecvHalf,
-	Session<Memory>,
-) {
-	hostile_peer_in(VERSION, relay, config, publish).await
-}
-
-async fn hostile_peer_in(
-	version: Version,
-	relay: &Origin,
-	config: Config,
-	publish: bool,
-) -> (
-	Memory,
-	Memory,
-	<Memory as moq_net::transport::Transport>::SendHalf,
-	<Memory as moq_net::transport::Transport>::RecvHalf,
-	Session<Memory>,
-) {
+/// A hostile peer of `version`, its CLIENT_SETUP written by hand, and the relay's session with
+/// it (which subscribes into `relay`, and publishes from it if `publish`), with `config`.
+async fn hostile_peer_in(version: Version, relay: &Origin, config: Config, publish: bool) -> HostilePeer {
 	let (peer_end, relay_end) = memory::pair();
 	let grant = session::initial_grant(&config, session::Side::Client);
 	let relay_end2 = relay_end.clone();
@@ -463,7 +415,7 @@ fn a_cancelled_namespace_hears_no_done_and_others_do() {
 	kio::block_on(async {
 		let relay = Origin::new(100);
 		let (_peer_end, _relay_end, mut send, mut recv, _session) =
-			hostile_peer_of(&relay, Config::default(), true).await;
+			hostile_peer_in(VERSION, &relay, Config::default(), true).await;
 		let (a, _, a_publication) = local_broadcast(&relay, "a", video(std::time::Duration::from_secs(1), 0));
 		let mut out = Vec::new();
 		Message::SubscribeNamespace {
@@ -589,7 +541,7 @@ fn a_namespace_subscription_of_a_prefix_hears_whole_namespaces() {
 	kio::block_on(async {
 		let relay = Origin::new(100);
 		let (_peer_end, _relay_end, mut send, mut recv, _session) =
-			hostile_peer_of(&relay, Config::default(), true).await;
+			hostile_peer_in(VERSION, &relay, Config::default(), true).await;
 		let _a = local_broadcast(&relay, "live/a", video(std::time::Duration::from_secs(1), 0));
 		let mut out = Vec::new();
 		Message::SubscribeNamespace {
@@ -846,7 +798,7 @@ fn a_subscriber_that_never_reads_holds_at_most_its_groups_in_flight_and_others_k
 		};
 		// The hostile peer subscribes and never takes a stream: each group's stream stops at the
 		// transport's window (a group is three frames, the third past it).
-		let (peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer_of(&relay, config, true).await;
+		let (peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer_in(VERSION, &relay, config, true).await;
 		let subscribe = Subscribe {
 			request_id: 0,
 			namespace: Namespace(vec!["live".into()]),
@@ -976,7 +928,8 @@ fn a_namespace_flood_is_held_to_the_session_s_announces() {
 			},
 			..Config::default()
 		};
-		let (_peer_end, _relay_end, mut send, mut recv, _session) = hostile_peer_of(&relay, config, false).await;
+		let (_peer_end, _relay_end, mut send, mut recv, _session) =
+			hostile_peer_in(VERSION, &relay, config, false).await;
 		let mut out = Vec::new();
 		for index in 0..5u64 {
 			Message::PublishNamespace {
